@@ -1,0 +1,44 @@
+// CUDA memory and DMA copies. The API exists in every build; when rdv is
+// built without CUDA, or runs where no GPU or driver is present, the
+// functions say so with FAILED_PRECONDITION instead of failing later.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/functional/any_invocable.h"
+#include "core/allocator.h"
+#include "core/memory.h"
+#include "core/status.h"
+
+namespace rdv::cuda {
+
+// True when this build has CUDA support (RDV_WITH_CUDA found the toolkit).
+bool CompiledIn();
+
+// Usable CUDA devices: 0 without CUDA support, driver or GPU. Probed once.
+int DeviceCount();
+
+// Why DeviceCount() is 0 ("built without CUDA", "no CUDA driver: ..."); empty
+// when there are devices.
+std::string UnavailableReason();
+
+// Page-locked host memory, usable by every device's DMA engines.
+absl::StatusOr<std::shared_ptr<Allocator>> PinnedHostAllocator();
+
+// Memory of device `device` (0 <= device < DeviceCount()).
+absl::StatusOr<std::shared_ptr<Allocator>> DeviceAllocator(int device);
+
+using CopyDone = absl::AnyInvocable<void(absl::Status) &&>;
+
+// Copies `bytes` by DMA on a stream dedicated to the direction (host to
+// device, device to host, device to device) of the device involved. At
+// least one side is device memory; a host side must be pinned. Returns at
+// once; `done` runs on that stream's completion thread when the copy has
+// finished, with the CUDA error if it failed. Both sides must stay valid
+// until then.
+void CopyAsync(const void* src, MemoryLocation src_location, void* dst,
+               MemoryLocation dst_location, size_t bytes, CopyDone done);
+
+}  // namespace rdv::cuda

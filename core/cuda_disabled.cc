@@ -1,0 +1,25 @@
+// The CUDA API of a build without CUDA: every call explains why it fails.
+#include "core/cuda.h"
+
+namespace rdv::cuda {
+namespace {
+
+absl::Status NotBuilt() {
+  return absl::FailedPreconditionError(
+      "rdv was built without CUDA; install the CUDA toolkit in /usr/local/cuda and configure "
+      "with -DRDV_WITH_CUDA=ON");
+}
+
+}  // namespace
+
+bool CompiledIn() { return false; }
+int DeviceCount() { return 0; }
+std::string UnavailableReason() { return std::string(NotBuilt().message()); }
+absl::StatusOr<std::shared_ptr<Allocator>> PinnedHostAllocator() { return NotBuilt(); }
+absl::StatusOr<std::shared_ptr<Allocator>> DeviceAllocator(int) { return NotBuilt(); }
+
+void CopyAsync(const void*, MemoryLocation, void*, MemoryLocation, size_t, CopyDone done) {
+  std::move(done)(NotBuilt());
+}
+
+}  // namespace rdv::cuda

@@ -1,0 +1,20 @@
+// Copies a tensor into another memory location, by DMA where a GPU is
+// involved. Host to host never copies (see IntraProcessRendezvous).
+#pragma once
+
+#include "absl/functional/any_invocable.h"
+#include "core/memory.h"
+#include "core/tensor.h"
+
+namespace rdv {
+
+using CopyTensorDone = absl::AnyInvocable<void(absl::StatusOr<Tensor>) &&>;
+
+// A new tensor in `dst` holding `src`'s bytes; `done` runs when the copy is
+// complete (on a CUDA completion thread, or at once on error). Host
+// destinations get pinned memory; a pageable host source is staged through
+// pinned memory first. INVALID_ARGUMENT for a dtype that cannot be
+// DMA-copied (strings); FAILED_PRECONDITION without CUDA or a GPU.
+void CopyTensorAsync(const Tensor& src, MemoryLocation dst, CopyTensorDone done);
+
+}  // namespace rdv

@@ -1,0 +1,71 @@
+// The Rendezvous contract, as in TensorFlow. A producer Sends a tensor
+// under a key; a consumer Recvs it, before or after the Send. Each key is a
+// FIFO channel: the n-th Recv gets the n-th Send.
+//
+// Threads: every method is thread-safe. Send never blocks. A RecvAsync
+// callback runs exactly once, outside every rendezvous lock, on one of: the
+// thread that calls RecvAsync (value already there, or rendezvous aborted),
+// the thread whose Send matches it, the thread that calls StartAbort or
+// CancellationManager::StartCancel, or a copy-completion thread of the
+// implementation (IntraProcessRendezvous with a GPU copy).
+#pragma once
+
+#include "absl/functional/any_invocable.h"
+#include "absl/time/time.h"
+#include "core/cancellation.h"
+#include "core/rendezvous_key.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace rdv {
+
+struct AllocatorAttributes {
+  // The consumer wants the tensor in host memory even though the key's
+  // destination is a GPU (TensorFlow's _HostRecv).
+  bool on_host = false;
+};
+
+struct RendezvousArgs {
+  AllocatorAttributes alloc_attrs;
+  // Not owned; must outlive the Recv. When it is cancelled, a waiting Recv
+  // completes with CANCELLED and leaves its channel.
+  CancellationManager* cancellation_manager = nullptr;
+};
+
+// status, the producer's args, the consumer's args, the value, is_dead.
+// The tensor reference is valid only during the call; copy the Tensor to
+// keep it (a copy shares the buffer).
+using RecvDoneCallback =
+    absl::AnyInvocable<void(const absl::Status&, const RendezvousArgs&, const RendezvousArgs&,
+                            const Tensor&, bool) &&>;
+
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+
+  // Buffers `value` (or hands it to a waiting Recv) and returns at once.
+  // A GPU tensor's bytes must be ready when Send is called. Fails with the
+  // abort status after StartAbort.
+  virtual absl::Status Send(const ParsedKey& key, const RendezvousArgs& args, const Tensor& value,
+                            bool is_dead) = 0;
+
+  // Calls `done` exactly once when the value exists, or with an error.
+  // Implementations must complete a cancelled Recv promptly: the blocking
+  // Recv below relies on it.
+  virtual void RecvAsync(const ParsedKey& key, const RendezvousArgs& args,
+                         RecvDoneCallback done) = 0;
+
+  // Blocks until the value exists, `timeout` passes (DEADLINE_EXCEEDED) or
+  // the Recv fails. On timeout the Recv is withdrawn from its channel before
+  // this returns, so nothing refers to the caller afterwards and a later
+  // Send stays buffered for the next Recv.
+  absl::Status Recv(const ParsedKey& key, const RendezvousArgs& args, Tensor* value,
+                    bool* is_dead, absl::Duration timeout = absl::InfiniteDuration());
+
+  // Fails every waiting Recv with `status`, drops every buffered value, and
+  // makes every later Send and Recv fail with `status`. The first abort's
+  // status wins. An OK status is turned into ABORTED.
+  virtual void StartAbort(const absl::Status& status) = 0;
+};
+
+}  // namespace rdv

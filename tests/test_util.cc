@@ -1,0 +1,40 @@
+#include "tests/test_util.h"
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace rdv::testing {
+
+ParsedKey Key(const std::string& name, const char* dst, const char* src) {
+  absl::StatusOr<ParsedKey> key =
+      ParsedKey::Parse(CreateRendezvousKey(src, 1, dst, name, FrameAndIter{0, 0}));
+  EXPECT_TRUE(key.ok()) << key.status();
+  return key.ok() ? *std::move(key) : ParsedKey();
+}
+
+Tensor FloatTensor(const std::vector<float>& values) {
+  auto shape = TensorShape::Create({static_cast<int64_t>(values.size())});
+  auto tensor = Tensor::Allocate(HostAllocator(), DType::kFloat, *shape);
+  EXPECT_TRUE(tensor.ok()) << tensor.status();
+  if (!values.empty()) std::memcpy(tensor->data(), values.data(), values.size() * sizeof(float));
+  return *tensor;
+}
+
+std::vector<float> FloatValues(const Tensor& t) {
+  const float* data = t.flat<float>();
+  return std::vector<float>(data, data + t.num_elements());
+}
+
+RecvDoneCallback RecvResult::Capture() {
+  return [this](const absl::Status& s, const RendezvousArgs&, const RendezvousArgs&,
+                const Tensor& v, bool dead) {
+    ++calls;
+    status = s;
+    value = v;
+    is_dead = dead;
+    if (calls == 1) done.Notify();
+  };
+}
+
+}  // namespace rdv::testing

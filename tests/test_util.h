@@ -1,0 +1,43 @@
+// Helpers shared by rdv's tests: keys, small host tensors, bounded waits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "core/notification.h"
+#include "core/rendezvous.h"
+
+namespace rdv::testing {
+
+// Every wait in a test is bounded by this, so that a bug fails instead of
+// hanging CI.
+inline constexpr absl::Duration kWaitLimit = absl::Seconds(30);
+
+inline constexpr char kCpu0[] = "/job:worker/replica:0/task:0/device:CPU:0";
+inline constexpr char kCpu1[] = "/job:worker/replica:0/task:0/device:CPU:1";
+inline constexpr char kGpu0[] = "/job:worker/replica:0/task:0/device:GPU:0";
+inline constexpr char kGpu1[] = "/job:worker/replica:0/task:0/device:GPU:1";
+
+// A parsed key from kCpu0 to `dst` named `name`; fails the test on error.
+ParsedKey Key(const std::string& name, const char* dst = kCpu1, const char* src = kCpu0);
+
+// A host float tensor holding `values`.
+Tensor FloatTensor(const std::vector<float>& values);
+std::vector<float> FloatValues(const Tensor& t);
+
+// The outcome of one RecvAsync, filled by the callback from Capture().
+struct RecvResult {
+  Notification done;
+  int calls = 0;
+  absl::Status status;
+  Tensor value;
+  bool is_dead = false;
+
+  RecvDoneCallback Capture();
+  // Waits up to kWaitLimit; false on timeout.
+  bool Wait() { return done.WaitForNotificationWithTimeout(kWaitLimit); }
+};
+
+}  // namespace rdv::testing
