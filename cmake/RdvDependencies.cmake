@@ -5,6 +5,8 @@
 find_package(Threads REQUIRED)
 find_package(absl CONFIG REQUIRED)
 find_package(PkgConfig REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
 
 function(rdv_tristate_option name doc)
   set(${name} AUTO CACHE STRING "${doc} (AUTO, ON or OFF)")

@@ -40,10 +40,14 @@ absl::StatusOr<DeviceName> ParseKeyDevice(absl::string_view key, absl::string_vi
 
 }  // namespace
 
+std::string FormatIncarnation(uint64_t incarnation) {
+  return absl::StrCat(absl::Hex(incarnation, absl::kZeroPad16));
+}
+
 std::string CreateRendezvousKey(absl::string_view src_device, uint64_t src_incarnation,
                                 absl::string_view dst_device, absl::string_view name,
                                 FrameAndIter frame_iter) {
-  return absl::StrCat(src_device, ";", absl::Hex(src_incarnation, absl::kZeroPad16), ";",
+  return absl::StrCat(src_device, ";", FormatIncarnation(src_incarnation), ";",
                       dst_device, ";", name, ";", frame_iter.frame_id, ":", frame_iter.iter_id);
 }
 

@@ -19,7 +19,9 @@ struct FrameAndIter {
   int64_t iter_id = 0;
 };
 
-// The incarnation is printed as 16 lowercase, zero-padded hex digits.
+// An incarnation as keys print it: 16 lowercase, zero-padded hex digits.
+std::string FormatIncarnation(uint64_t incarnation);
+
 std::string CreateRendezvousKey(absl::string_view src_device, uint64_t src_incarnation,
                                 absl::string_view dst_device, absl::string_view name,
                                 FrameAndIter frame_iter = {});

@@ -1,0 +1,84 @@
+// rdv-worker: one worker process of a cluster. Serves the worker service
+// until SIGINT or SIGTERM, then cleans up every step and exits.
+//
+// When it is ready it prints one line on stdout, which scripts and test
+// fixtures wait for:
+//   rdv-worker ready /job:worker/replica:0/task:0 127.0.0.1:40123 incarnation 1f2e...
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "control/worker_server.h"
+
+ABSL_FLAG(std::string, job, "worker", "job name of this worker");
+ABSL_FLAG(int, task, 0, "task index of this worker within its job");
+ABSL_FLAG(std::string, listen, "",
+          "host:port to listen on (port 0 picks a free one); default: this task's address "
+          "in the cluster");
+ABSL_FLAG(std::string, cluster, "", "cluster as job=host:port,host:port[;job=...]");
+ABSL_FLAG(std::string, cluster_file, "",
+          "cluster as a JSON file: {\"worker\": [\"host:port\", ...]}");
+ABSL_FLAG(bool, enable_driver, false,
+          "serve DriverService, so that tests and benchmarks can make this worker Send");
+
+namespace {
+
+absl::StatusOr<rdv::control::ClusterSpec> ReadCluster() {
+  const std::string flag = absl::GetFlag(FLAGS_cluster);
+  const std::string file = absl::GetFlag(FLAGS_cluster_file);
+  if (!flag.empty() && !file.empty()) {
+    return absl::InvalidArgumentError("give --cluster or --cluster_file, not both");
+  }
+  if (!file.empty()) return rdv::control::ClusterSpec::FromJsonFile(file);
+  if (!flag.empty()) return rdv::control::ClusterSpec::FromFlag(flag);
+  return absl::InvalidArgumentError("--cluster or --cluster_file is required");
+}
+
+absl::Status Run() {
+  rdv::control::WorkerServerOptions options;
+  options.job = absl::GetFlag(FLAGS_job);
+  options.task = absl::GetFlag(FLAGS_task);
+  options.enable_driver = absl::GetFlag(FLAGS_enable_driver);
+  RDV_ASSIGN_OR_RETURN(options.cluster, ReadCluster());
+  RDV_ASSIGN_OR_RETURN(options.control, rdv::control::ControlOptions::FromEnvironment());
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  if (options.listen_address.empty()) {
+    RDV_ASSIGN_OR_RETURN(options.listen_address,
+                         options.cluster.AddressOf(
+                             rdv::control::ClusterSpec::WorkerName(options.job, options.task)));
+  }
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  // Blocked before gRPC starts its threads, so that only sigwait sees them.
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  RDV_ASSIGN_OR_RETURN(auto server, rdv::control::WorkerServer::Start(std::move(options)));
+  std::cout << "rdv-worker ready " << server->worker_name() << " " << server->address()
+            << " incarnation " << rdv::FormatIncarnation(server->incarnation())
+            << std::endl;
+  int signal = 0;
+  sigwait(&signals, &signal);
+  server->Shutdown();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("rdv-worker --cluster worker=h:p,h:p --task N [--enable_driver]");
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status status = Run();
+  if (!status.ok()) {
+    std::cerr << "rdv-worker: " << status << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,107 @@
+#include "control/rpc_remote_rendezvous.h"
+
+#include <atomic>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "control/protocol.h"
+#include "control/recv_tensor_call.h"
+
+namespace rdv::control {
+namespace {
+
+// Unique per consumer process; the random start keeps two consumers (or a
+// restarted one) from reusing each other's ids.
+int64_t NextRequestId() {
+  static std::atomic<int64_t> next{[] {
+    std::random_device random;
+    return static_cast<int64_t>((uint64_t{random()} << 31 ^ random()) & ((uint64_t{1} << 62) - 1));
+  }()};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+RpcRemoteRendezvous::RpcRemoteRendezvous(const WorkerEnv* env, int64_t step_id)
+    : env_(env), step_id_(step_id) {}
+
+absl::Status RpcRemoteRendezvous::Send(const ParsedKey& key, const RendezvousArgs& args,
+                                       const Tensor& value, bool is_dead) {
+  if (!InSameAddressSpace(key.src(), env_->worker)) {
+    return absl::InvalidArgumentError(absl::StrCat("Send of '", key.FullKey(),
+                                                   "' on worker ", env_->worker_name,
+                                                   ": its source device is on another worker"));
+  }
+  return local_.Send(key, args, value, is_dead);
+}
+
+void RpcRemoteRendezvous::RecvAsync(const ParsedKey& key, const RendezvousArgs& args,
+                                    RecvDoneCallback done) {
+  if (InSameAddressSpace(key.src(), env_->worker)) {
+    local_.RecvAsync(key, args, std::move(done));
+  } else {
+    RecvRemote(key, args, std::move(done));
+  }
+}
+
+void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs& args,
+                                     RecvDoneCallback done) {
+  absl::StatusOr<std::shared_ptr<WorkerClient>> worker =
+      env_->worker_cache->Get(key.src().WorkerName());
+  if (!worker.ok()) {
+    std::move(done)(worker.status(), RendezvousArgs{}, args, Tensor(), false);
+    return;
+  }
+  RecvTensorRequest request;
+  request.set_step_id(step_id_);
+  request.set_rendezvous_key(std::string(key.FullKey()));
+  request.set_request_id(NextRequestId());
+  request.set_protocol(kProtocolGrpc);
+
+  CancellationManager* const cancel = args.cancellation_manager;
+  const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
+  auto detach = [self = shared_from_this(), cancel, token](RecvTensorCall* call) {
+    if (cancel != nullptr) cancel->DeregisterCallback(token);
+    self->Untrack(call);
+  };
+  auto finish = [done = std::move(done), args](absl::Status status, Tensor tensor,
+                                               bool is_dead) mutable {
+    std::move(done)(status, RendezvousArgs{}, args, tensor, is_dead);
+  };
+  auto* call = new RecvTensorCall(*std::move(worker), std::move(request),
+                                  RecvDestination(key, args), std::move(detach),
+                                  std::move(finish));
+  if (const absl::Status aborted = Track(call); !aborted.ok()) call->Abort(aborted);
+  if (cancel != nullptr &&
+      !cancel->RegisterCallback(token, [call, key = std::string(key.FullKey())] {
+        call->Abort(absl::CancelledError(absl::StrCat("Recv of '", key, "' was cancelled")));
+      })) {
+    call->Abort(absl::CancelledError(absl::StrCat("Recv of '", key.FullKey(), "' was cancelled")));
+  }
+  call->Start();
+}
+
+absl::Status RpcRemoteRendezvous::Track(RecvTensorCall* call) {
+  std::lock_guard lock(mu_);
+  active_calls_.insert(call);
+  return abort_status_;
+}
+
+void RpcRemoteRendezvous::Untrack(RecvTensorCall* call) {
+  std::lock_guard lock(mu_);
+  active_calls_.erase(call);
+}
+
+void RpcRemoteRendezvous::StartAbort(const absl::Status& status) {
+  const absl::Status abort_status =
+      status.ok() ? absl::AbortedError("rendezvous aborted with an OK status") : status;
+  local_.StartAbort(abort_status);
+  std::lock_guard lock(mu_);
+  if (!abort_status_.ok()) return;
+  abort_status_ = abort_status;
+  const std::vector<RecvTensorCall*> calls(active_calls_.begin(), active_calls_.end());
+  for (RecvTensorCall* call : calls) call->Abort(abort_status);
+}
+
+}  // namespace rdv::control

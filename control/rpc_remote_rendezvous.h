@@ -1,0 +1,56 @@
+// The rendezvous of one step on one worker, protocol `grpc`. Send is always
+// local: the value waits here until its consumer asks. A Recv whose source
+// device is on this worker is served locally (IntraProcessRendezvous); one
+// whose source is on another worker becomes a RecvTensor call to it, and
+// the payload travels in the call's response stream.
+//
+// Recv callbacks run on the threads listed in core/rendezvous.h, or on a
+// gRPC completion thread for remote Recvs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "absl/container/flat_hash_set.h"
+#include "control/worker_env.h"
+#include "core/intra_process_rendezvous.h"
+
+namespace rdv::control {
+
+class RecvTensorCall;
+
+class RpcRemoteRendezvous final : public Rendezvous,
+                                  public std::enable_shared_from_this<RpcRemoteRendezvous> {
+ public:
+  // `env` must outlive this rendezvous.
+  RpcRemoteRendezvous(const WorkerEnv* env, int64_t step_id);
+
+  // INVALID_ARGUMENT when the key's source device is not on this worker.
+  absl::Status Send(const ParsedKey& key, const RendezvousArgs& args, const Tensor& value,
+                    bool is_dead) override;
+  void RecvAsync(const ParsedKey& key, const RendezvousArgs& args,
+                 RecvDoneCallback done) override;
+  // Also ends this step's RecvTensor calls in flight, with `status`.
+  void StartAbort(const absl::Status& status) override;
+
+
+  LocalRendezvous::Pending CountPending() const { return local_.CountPending(); }
+
+ private:
+  void RecvRemote(const ParsedKey& key, const RendezvousArgs& args, RecvDoneCallback done);
+  // The abort status when aborted (the call must then end at once).
+  absl::Status Track(RecvTensorCall* call);
+  void Untrack(RecvTensorCall* call);
+
+  const WorkerEnv* const env_;
+  const int64_t step_id_;
+  IntraProcessRendezvous local_;
+  // Recursive: aborting a call may complete it inline, and its completion
+  // untracks it under this lock.
+  std::recursive_mutex mu_;
+  absl::Status abort_status_;                          // guarded by mu_
+  absl::flat_hash_set<RecvTensorCall*> active_calls_;  // guarded by mu_
+};
+
+}  // namespace rdv::control

@@ -1,0 +1,182 @@
+#include "control/tensor_codec.h"
+
+#include <cstring>
+#include <vector>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace rdv::control {
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+
+constexpr int kMetaField = RecvTensorChunk::kMetaFieldNumber;
+constexpr int kOffsetField = RecvTensorChunk::kOffsetFieldNumber;
+constexpr int kDataField = RecvTensorChunk::kDataFieldNumber;
+
+void AppendVarint(std::string* out, uint64_t value) {
+  uint8_t bytes[10];  // the longest varint
+  uint8_t* end = google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(value, bytes);
+  out->append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(end - bytes));
+}
+
+void AppendTag(std::string* out, int field, WireFormatLite::WireType type) {
+  AppendVarint(out, WireFormatLite::MakeTag(field, type));
+}
+
+void ReleaseBufferRef(void* owner) { delete static_cast<std::shared_ptr<Buffer>*>(owner); }
+
+absl::Status Corrupt(absl::string_view why) {
+  return absl::DataLossError(absl::StrCat("RecvTensor stream is corrupt: ", why));
+}
+
+}  // namespace
+
+absl::StatusOr<TensorPayload> TensorPayload::Of(const Tensor& tensor) {
+  TensorPayload payload;
+  if (!tensor.IsInitialized()) return payload;
+  if (!tensor.location().is_host()) {
+    return absl::InvalidArgumentError("TensorPayload::Of needs a host tensor");
+  }
+  if (tensor.dtype() != DType::kString) {
+    payload.owner_ = tensor.buffer();
+    payload.data_ = static_cast<const char*>(tensor.data());
+    payload.size_ = tensor.TotalBytes();
+    return payload;
+  }
+  auto* bytes = new std::string();
+  for (int64_t i = 0; i < tensor.num_elements(); ++i) {
+    const std::string& element = tensor.flat<std::string>()[i];
+    AppendVarint(bytes, element.size());
+    bytes->append(element);
+  }
+  payload.data_ = bytes->data();
+  payload.size_ = bytes->size();
+  payload.owner_ = Buffer::Wrap(bytes->data(), bytes->size(), MemoryLocation::Host(),
+                                [bytes] { delete bytes; });
+  return payload;
+}
+
+TensorMeta MakeTensorMeta(const Tensor& tensor, bool is_dead, size_t payload_bytes,
+                          int64_t send_start_micros) {
+  TensorMeta meta;
+  meta.set_dtype(static_cast<int>(tensor.dtype()));
+  for (const int64_t d : tensor.shape().dims()) meta.add_dims(d);
+  meta.set_is_dead(is_dead);
+  meta.set_payload_bytes(payload_bytes);
+  meta.set_send_start_micros(send_start_micros);
+  return meta;
+}
+
+grpc::ByteBuffer EncodeChunk(const TensorMeta* meta, const TensorPayload& payload, size_t offset,
+                             size_t length) {
+  std::string header;
+  if (meta != nullptr) {
+    AppendTag(&header, kMetaField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+    AppendVarint(&header, meta->ByteSizeLong());
+    meta->AppendToString(&header);
+  }
+  AppendTag(&header, kOffsetField, WireFormatLite::WIRETYPE_VARINT);
+  AppendVarint(&header, offset);
+  AppendTag(&header, kDataField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  AppendVarint(&header, length);
+  const char* data = payload.data() + offset;
+  if (length < kZeroCopyMinBytes) {
+    header.append(data, length);
+    grpc::Slice slice(header);
+    return grpc::ByteBuffer(&slice, 1);
+  }
+  grpc::Slice slices[2] = {
+      grpc::Slice(header),
+      // gRPC sends straight from the tensor's memory and drops the
+      // reference when it is done with it.
+      grpc::Slice(const_cast<char*>(data), length, &ReleaseBufferRef,
+                  new std::shared_ptr<Buffer>(payload.owner())),
+  };
+  return grpc::ByteBuffer(slices, 2);
+}
+
+absl::Status TensorDecoder::Consume(grpc::ByteBuffer* chunk) {
+  grpc::ProtoBufferReader reader(chunk);
+  google::protobuf::io::CodedInputStream in(&reader);
+  uint64_t offset = 0;
+  while (const uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    if (field == kMetaField) {
+      uint32_t length = 0;
+      if (has_meta_ || !in.ReadVarint32(&length)) return Corrupt("a second or unreadable meta");
+      const auto limit = in.PushLimit(static_cast<int>(length));
+      if (!meta_.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) {
+        return Corrupt("meta does not parse");
+      }
+      in.PopLimit(limit);
+      has_meta_ = true;
+      RDV_RETURN_IF_ERROR(StartTensor());
+    } else if (field == kOffsetField) {
+      if (!in.ReadVarint64(&offset)) return Corrupt("unreadable offset");
+    } else if (field == kDataField) {
+      uint32_t length = 0;
+      if (!has_meta_ || !in.ReadVarint32(&length)) return Corrupt("data before meta");
+      if (offset != received_ || length > meta_.payload_bytes() - received_) {
+        return Corrupt(absl::StrCat("chunk [", offset, ", +", length, ") does not follow byte ",
+                                    received_, " of ", meta_.payload_bytes()));
+      }
+      if (length > 0 && !in.ReadRaw(destination_ + received_, static_cast<int>(length))) {
+        return Corrupt("truncated data");
+      }
+      received_ += length;
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return Corrupt("unreadable field");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TensorDecoder::StartTensor() {
+  if (meta_.is_dead()) return absl::OkStatus();
+  RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeFromEnumValue(meta_.dtype()));
+  RDV_ASSIGN_OR_RETURN(const TensorShape shape,
+                       TensorShape::Create(absl::MakeConstSpan(meta_.dims().data(),
+                                                               static_cast<size_t>(meta_.dims_size()))));
+  RDV_ASSIGN_OR_RETURN(tensor_, Tensor::Allocate(HostAllocator(), dtype, shape));
+  if (dtype == DType::kString) {
+    string_payload_.resize(meta_.payload_bytes());
+    destination_ = string_payload_.data();
+  } else if (meta_.payload_bytes() != tensor_.TotalBytes()) {
+    return Corrupt(absl::StrCat("payload of ", meta_.payload_bytes(), " bytes for a ",
+                                tensor_.DebugString(), " of ", tensor_.TotalBytes(), " bytes"));
+  } else {
+    destination_ = static_cast<char*>(tensor_.data());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TensorDecoder::DecodeStrings() {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(string_payload_.data()),
+                                            static_cast<int>(string_payload_.size()));
+  for (int64_t i = 0; i < tensor_.num_elements(); ++i) {
+    uint32_t length = 0;
+    if (!in.ReadVarint32(&length) || !in.ReadString(&tensor_.flat<std::string>()[i], static_cast<int>(length))) {
+      return Corrupt(absl::StrCat("string element ", i, " is truncated"));
+    }
+  }
+  if (!in.ExpectAtEnd()) return Corrupt("bytes after the last string element");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> TensorDecoder::Finish() {
+  if (!has_meta_) return Corrupt("the stream ended before the tensor's metadata");
+  if (meta_.is_dead()) return tensor_;  // never allocated: uninitialized
+  if (received_ != meta_.payload_bytes()) {
+    return Corrupt(absl::StrCat("the stream ended after ", received_, " of ",
+                                meta_.payload_bytes(), " bytes"));
+  }
+  if (tensor_.dtype() == DType::kString) RDV_RETURN_IF_ERROR(DecodeStrings());
+  return tensor_;
+}
+
+}  // namespace rdv::control

@@ -1,0 +1,70 @@
+// RecvTensor's stream, encoded and decoded by hand so that the payload is
+// never copied into a protobuf: the producer's chunks point at the tensor's
+// own memory (the tensor stays alive until gRPC has sent them), and the
+// consumer reads each chunk straight into the destination tensor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include "control/worker.pb.h"
+#include "core/tensor.h"
+
+namespace rdv::control {
+
+// The bytes a host tensor travels as: its own memory for numeric dtypes;
+// for strings, each element as varint length + bytes (built once).
+class TensorPayload {
+ public:
+  static absl::StatusOr<TensorPayload> Of(const Tensor& tensor);
+
+  size_t size() const { return size_; }
+  const char* data() const { return data_; }
+  const std::shared_ptr<Buffer>& owner() const { return owner_; }
+
+ private:
+  std::shared_ptr<Buffer> owner_;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+TensorMeta MakeTensorMeta(const Tensor& tensor, bool is_dead, size_t payload_bytes,
+                          int64_t send_start_micros);
+
+// One RecvTensorChunk: `meta` (first chunk only, else null) and payload
+// bytes [offset, offset + length). Pieces of at least kZeroCopyMinBytes
+// reference the payload's memory instead of copying it.
+inline constexpr size_t kZeroCopyMinBytes = 1024;
+grpc::ByteBuffer EncodeChunk(const TensorMeta* meta, const TensorPayload& payload, size_t offset,
+                             size_t length);
+
+// Rebuilds the tensor from the chunks of one RecvTensor stream, in order.
+class TensorDecoder {
+ public:
+  // DATA_LOSS / INVALID_ARGUMENT for a chunk that does not fit (bad meta,
+  // out-of-order or overflowing data).
+  absl::Status Consume(grpc::ByteBuffer* chunk);
+
+  bool has_meta() const { return has_meta_; }
+  const TensorMeta& meta() const { return meta_; }
+
+  // The finished tensor (uninitialized when is_dead); DATA_LOSS when the
+  // stream ended before all payload bytes arrived.
+  absl::StatusOr<Tensor> Finish();
+
+ private:
+  absl::Status StartTensor();
+  absl::Status DecodeStrings();
+
+  bool has_meta_ = false;
+  TensorMeta meta_;
+  Tensor tensor_;
+  std::string string_payload_;  // strings arrive here, then are split
+  char* destination_ = nullptr;
+  uint64_t received_ = 0;
+};
+
+}  // namespace rdv::control

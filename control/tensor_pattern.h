@@ -1,0 +1,18 @@
+// A deterministic fill for tensors, so that a consumer in another process
+// can check every byte it received without a second copy of the data.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace rdv::control {
+
+// A host tensor of `dtype` and `shape` filled with the pattern of `seed`.
+absl::StatusOr<Tensor> MakePatternTensor(DType dtype, const TensorShape& shape, uint32_t seed);
+
+// OK when `tensor` (in host memory) holds the pattern of `seed`; else
+// DATA_LOSS naming the first byte or element that differs.
+absl::Status VerifyPattern(const Tensor& tensor, uint32_t seed);
+
+}  // namespace rdv::control

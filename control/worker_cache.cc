@@ -1,0 +1,57 @@
+#include "control/worker_cache.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+namespace rdv::control {
+
+grpc::ChannelArguments PeerChannelArguments(const ControlOptions& options) {
+  grpc::ChannelArguments args;
+  const int half_timeout_ms =
+      static_cast<int>(std::max<int64_t>(absl::ToInt64Milliseconds(options.peer_timeout) / 2, 50));
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, half_timeout_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, half_timeout_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  // One connection per peer and channel, not shared with other channels:
+  // a worker's channels are independent of each other.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return args;
+}
+
+WorkerCache::WorkerCache(ClusterSpec cluster, ControlOptions options)
+    : options_(options), cluster_(std::move(cluster)) {}
+
+absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerCache::Get(absl::string_view worker_name) {
+  std::lock_guard lock(mu_);
+  if (auto it = clients_.find(worker_name); it != clients_.end()) return it->second;
+  RDV_ASSIGN_OR_RETURN(std::string address, cluster_.AddressOf(worker_name));
+  auto client = std::make_shared<WorkerClient>();
+  client->worker_name = std::string(worker_name);
+  client->address = address;
+  client->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                              PeerChannelArguments(options_));
+  client->stub = WorkerService::NewStub(client->channel);
+  client->generic = std::make_unique<grpc::GenericStub>(client->channel);
+  clients_.emplace(worker_name, client);
+  return client;
+}
+
+void WorkerCache::SetAddress(absl::string_view job, int task, std::string address) {
+  std::lock_guard lock(mu_);
+  cluster_.SetAddress(job, task, std::move(address));
+  clients_.erase(ClusterSpec::WorkerName(job, task));
+}
+
+ClusterSpec WorkerCache::cluster() const {
+  std::lock_guard lock(mu_);
+  return cluster_;
+}
+
+}  // namespace rdv::control

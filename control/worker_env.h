@@ -1,0 +1,22 @@
+// What every rendezvous of a worker shares: who the worker is and how to
+// reach the others. Owned by WorkerServer; outlives every rendezvous.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "control/options.h"
+#include "control/worker_cache.h"
+#include "core/device_name.h"
+
+namespace rdv::control {
+
+struct WorkerEnv {
+  std::string worker_name;  // "/job:J/replica:0/task:T"
+  DeviceName worker;        // the same, parsed
+  uint64_t incarnation = 0;
+  ControlOptions options;
+  WorkerCache* worker_cache = nullptr;
+};
+
+}  // namespace rdv::control

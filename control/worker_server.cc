@@ -1,0 +1,387 @@
+#include "control/worker_server.h"
+
+#include <map>
+#include <mutex>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/support/server_callback.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "control/grpc_status.h"
+#include "control/protocol.h"
+#include "control/rpc_remote_rendezvous.h"
+#include "control/tensor_codec.h"
+#include "control/tensor_pattern.h"
+#include "core/logging.h"
+
+namespace rdv::control {
+namespace {
+
+using WorkerServiceBase = WorkerService::WithCallbackMethod_Handshake<
+    WorkerService::WithRawCallbackMethod_RecvTensor<
+        WorkerService::WithCallbackMethod_ReleaseTransfers<
+            WorkerService::WithCallbackMethod_CleanupStep<
+                WorkerService::WithCallbackMethod_AbortStep<WorkerService::Service>>>>>;
+
+uint64_t NewIncarnation() {
+  std::random_device random;
+  uint64_t value = 0;
+  while (value == 0) value = uint64_t{random()} << 32 | random();
+  return value;
+}
+
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+class WorkerServer::Impl {
+ public:
+  explicit Impl(WorkerServerOptions options)
+      : options_(std::move(options)),
+        worker_cache_(options_.cluster, options_.control),
+        rendezvous_mgr_([this](int64_t step_id) {
+          return std::make_shared<RpcRemoteRendezvous>(&env_, step_id);
+        }),
+        worker_service_(this),
+        driver_service_(this) {
+    env_.worker_name = ClusterSpec::WorkerName(options_.job, options_.task);
+    env_.worker = *DeviceName::Parse(env_.worker_name);
+    env_.incarnation = NewIncarnation();
+    env_.options = options_.control;
+    env_.worker_cache = &worker_cache_;
+  }
+
+  absl::Status Start();
+  void Shutdown();
+
+  // Producer side of RecvTensor: checks that this worker is the key's source
+  // and that the request is new.
+  absl::Status AdmitRecvTensor(const RecvTensorRequest& request, const ParsedKey& key);
+  absl::Status Produce(const ProduceRequest& request);
+  const std::string& Bytes(uint64_t size);
+  void AbortStep(const AbortStepRequest& request);
+  void CleanupStep(int64_t step_id);
+
+  WorkerServerOptions options_;
+  WorkerEnv env_;
+  WorkerCache worker_cache_;
+  RendezvousMgr rendezvous_mgr_;
+  std::string address_;
+
+ private:
+  class WorkerServiceImpl final : public WorkerServiceBase {
+   public:
+    explicit WorkerServiceImpl(Impl* impl) : impl_(impl) {}
+    grpc::ServerUnaryReactor* Handshake(grpc::CallbackServerContext* context,
+                                        const HandshakeRequest* request,
+                                        HandshakeResponse* response) override;
+    grpc::ServerWriteReactor<grpc::ByteBuffer>* RecvTensor(
+        grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+    grpc::ServerUnaryReactor* ReleaseTransfers(grpc::CallbackServerContext* context,
+                                               const ReleaseTransfersRequest*,
+                                               ReleaseTransfersResponse*) override {
+      // Protocol grpc holds nothing once the stream is sent.
+      return Reply(context, absl::OkStatus());
+    }
+    grpc::ServerUnaryReactor* CleanupStep(grpc::CallbackServerContext* context,
+                                          const CleanupStepRequest* request,
+                                          CleanupStepResponse*) override {
+      impl_->CleanupStep(request->step_id());
+      return Reply(context, absl::OkStatus());
+    }
+    grpc::ServerUnaryReactor* AbortStep(grpc::CallbackServerContext* context,
+                                        const AbortStepRequest* request,
+                                        AbortStepResponse*) override {
+      impl_->AbortStep(*request);
+      return Reply(context, absl::OkStatus());
+    }
+
+   private:
+    Impl* const impl_;
+  };
+
+  class DriverServiceImpl final : public DriverService::CallbackService {
+   public:
+    explicit DriverServiceImpl(Impl* impl) : impl_(impl) {}
+    grpc::ServerUnaryReactor* Produce(grpc::CallbackServerContext* context,
+                                      const ProduceRequest* request, ProduceResponse*) override {
+      return Reply(context, impl_->Produce(*request));
+    }
+    grpc::ServerUnaryReactor* FetchBytes(grpc::CallbackServerContext* context,
+                                         const FetchBytesRequest* request,
+                                         FetchBytesResponse* response) override {
+      response->set_payload(impl_->Bytes(request->size()));
+      return Reply(context, absl::OkStatus());
+    }
+
+   private:
+    Impl* const impl_;
+  };
+
+  class RecvTensorReactor;
+
+  WorkerServiceImpl worker_service_;
+  DriverServiceImpl driver_service_;
+  std::unique_ptr<grpc::Server> server_;
+
+  std::mutex mu_;
+  // Request ids seen per step, so that a repeated RecvTensor is refused.
+  absl::flat_hash_map<int64_t, absl::flat_hash_set<int64_t>> seen_requests_;  // guarded by mu_
+  // Driver tensors, made once per (dtype, dims, seed) and sent many times.
+  std::map<std::tuple<int, std::vector<int64_t>, uint32_t>, Tensor> pattern_tensors_;  // mu_
+  std::map<uint64_t, std::string> byte_payloads_;  // guarded by mu_
+};
+
+// Streams one tensor to a consumer: waits for the local Send, then writes
+// the payload in chunks straight from the tensor's memory.
+class WorkerServer::Impl::RecvTensorReactor final
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  RecvTensorReactor(Impl* impl, const grpc::ByteBuffer* request_buffer) : impl_(impl) {
+    grpc::ByteBuffer copy(*request_buffer);
+    RecvTensorRequest request;
+    const grpc::Status parsed =
+        grpc::SerializationTraits<RecvTensorRequest>::Deserialize(&copy, &request);
+    if (!parsed.ok()) {
+      Finish(parsed);
+      return;
+    }
+    absl::StatusOr<ParsedKey> key = ParsedKey::Parse(request.rendezvous_key());
+    absl::Status admitted = key.ok() ? impl_->AdmitRecvTensor(request, *key) : key.status();
+    if (!admitted.ok()) {
+      Finish(ToGrpcStatus(admitted));
+      return;
+    }
+    chunk_bytes_ = impl_->env_.options.chunk_bytes;
+    RendezvousArgs args;
+    args.alloc_attrs.on_host = true;  // the bytes leave from host memory
+    args.cancellation_manager = &cancel_;
+    impl_->rendezvous_mgr_.Find(request.step_id())
+        ->RecvAsync(*key, args,
+                    [this](const absl::Status& status, const RendezvousArgs&,
+                           const RendezvousArgs&, const Tensor& value,
+                           bool is_dead) { OnValue(status, value, is_dead); });
+  }
+
+  void OnCancel() override { cancel_.StartCancel(); }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the consumer went away mid-transfer"));
+      return;
+    }
+    WriteNext();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void OnValue(const absl::Status& status, const Tensor& value, bool is_dead) {
+    absl::StatusOr<TensorPayload> payload = status.ok() ? TensorPayload::Of(value) : status;
+    if (!payload.ok()) {
+      Finish(ToGrpcStatus(payload.status()));
+      return;
+    }
+    payload_ = *std::move(payload);
+    meta_ = MakeTensorMeta(value, is_dead, payload_.size(), absl::GetCurrentTimeNanos() / 1000);
+    WriteNext();
+  }
+
+  // One chunk per write; the last goes with the status.
+  void WriteNext() {
+    const size_t length = std::min(chunk_bytes_, payload_.size() - offset_);
+    chunk_ = EncodeChunk(offset_ == 0 ? &meta_ : nullptr, payload_, offset_, length);
+    offset_ += length;
+    if (offset_ == payload_.size()) {
+      StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
+    } else {
+      StartWrite(&chunk_);
+    }
+  }
+
+  Impl* const impl_;
+  CancellationManager cancel_;
+  size_t chunk_bytes_ = 0;
+  TensorPayload payload_;
+  TensorMeta meta_;
+  size_t offset_ = 0;
+  grpc::ByteBuffer chunk_;
+};
+
+grpc::ServerUnaryReactor* WorkerServer::Impl::WorkerServiceImpl::Handshake(
+    grpc::CallbackServerContext* context, const HandshakeRequest* request,
+    HandshakeResponse* response) {
+  if (request->protocol_version() != kProtocolVersion) {
+    return Reply(context, absl::FailedPreconditionError(absl::StrCat(
+                              "worker ", request->worker_name(), " speaks protocol version ",
+                              request->protocol_version(), "; ", impl_->env_.worker_name,
+                              " speaks ", kProtocolVersion)));
+  }
+  response->set_worker_name(impl_->env_.worker_name);
+  response->set_incarnation(impl_->env_.incarnation);
+  response->set_protocol_version(kProtocolVersion);
+  return Reply(context, absl::OkStatus());
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServer::Impl::WorkerServiceImpl::RecvTensor(
+    grpc::CallbackServerContext*, const grpc::ByteBuffer* request) {
+  return new RecvTensorReactor(impl_, request);
+}
+
+absl::Status WorkerServer::Impl::AdmitRecvTensor(const RecvTensorRequest& request,
+                                                 const ParsedKey& key) {
+  if (request.protocol() != kProtocolGrpc) {
+    return absl::InvalidArgumentError(absl::StrCat("RecvTensor with protocol '",
+                                                   request.protocol(), "': this worker serves ",
+                                                   kProtocolGrpc));
+  }
+  if (!InSameAddressSpace(key.src(), env_.worker)) {
+    return absl::InvalidArgumentError(absl::StrCat("RecvTensor of '", key.FullKey(),
+                                                   "' sent to ", env_.worker_name,
+                                                   ", but its source device is not on it"));
+  }
+  if (key.src_incarnation() != env_.incarnation) {
+    return absl::AbortedError(absl::StrCat(
+        "RecvTensor of '", key.FullKey(), "': worker ", env_.worker_name,
+        " has incarnation ", FormatIncarnation(env_.incarnation),
+        ", the key names ", FormatIncarnation(key.src_incarnation()),
+        "; the worker job was probably restarted"));
+  }
+  std::lock_guard lock(mu_);
+  if (!seen_requests_[request.step_id()].insert(request.request_id()).second) {
+    return absl::AlreadyExistsError(absl::StrCat("RecvTensor request ", request.request_id(),
+                                                 " of step ", request.step_id(),
+                                                 " was already received; it is never served twice"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerServer::Impl::Produce(const ProduceRequest& request) {
+  std::shared_ptr<Rendezvous> rendezvous = rendezvous_mgr_.Find(request.step_id());
+  for (const ProduceItem& item : request.items()) {
+    RDV_ASSIGN_OR_RETURN(const ParsedKey key, ParsedKey::Parse(item.rendezvous_key()));
+    Tensor tensor;
+    if (!item.is_dead()) {
+      RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeFromEnumValue(item.dtype()));
+      const std::vector<int64_t> dims(item.dims().begin(), item.dims().end());
+      RDV_ASSIGN_OR_RETURN(const TensorShape shape, TensorShape::Create(dims));
+      std::lock_guard lock(mu_);
+      Tensor& cached = pattern_tensors_[{item.dtype(), dims, item.seed()}];
+      if (!cached.IsInitialized()) {
+        RDV_ASSIGN_OR_RETURN(cached, MakePatternTensor(dtype, shape, item.seed()));
+      }
+      tensor = cached;
+    }
+    RDV_RETURN_IF_ERROR(rendezvous->Send(key, {}, tensor, item.is_dead()));
+  }
+  return absl::OkStatus();
+}
+
+const std::string& WorkerServer::Impl::Bytes(uint64_t size) {
+  std::lock_guard lock(mu_);
+  std::string& bytes = byte_payloads_[size];
+  if (bytes.size() != size) bytes.assign(size, 'r');
+  return bytes;
+}
+
+void WorkerServer::Impl::AbortStep(const AbortStepRequest& request) {
+  absl::Status status(static_cast<absl::StatusCode>(request.code()), request.message());
+  if (status.ok()) status = absl::AbortedError(absl::StrCat("AbortStep ", request.step_id()));
+  RDV_LOG(Info) << env_.worker_name << ": aborting step " << request.step_id() << ": " << status;
+  rendezvous_mgr_.Find(request.step_id())->StartAbort(status);
+  if (!request.propagate()) return;
+  AbortStepRequest forward = request;
+  forward.set_propagate(false);
+  for (const std::string& worker : worker_cache_.cluster().WorkerNames()) {
+    if (worker == env_.worker_name) continue;
+    absl::StatusOr<std::shared_ptr<WorkerClient>> client = worker_cache_.Get(worker);
+    if (!client.ok()) continue;
+    struct Call {
+      grpc::ClientContext context;
+      AbortStepResponse response;
+      std::shared_ptr<WorkerClient> client;
+    };
+    auto* call = new Call;
+    call->client = *client;
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + env_.options.peer_timeout));
+    call->client->stub->async()->AbortStep(
+        &call->context, &forward, &call->response, [call, worker](grpc::Status forwarded) {
+          if (!forwarded.ok()) {
+            RDV_LOG(Warning) << "forwarding AbortStep to " << worker
+                             << " failed: " << forwarded.error_message();
+          }
+          delete call;
+        });
+  }
+}
+
+void WorkerServer::Impl::CleanupStep(int64_t step_id) {
+  rendezvous_mgr_.Cleanup(step_id);
+  std::lock_guard lock(mu_);
+  seen_requests_.erase(step_id);
+}
+
+absl::Status WorkerServer::Impl::Start() {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&worker_service_);
+  if (options_.enable_driver) builder.RegisterService(&driver_service_);
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  // Peers ping often to notice a dead worker quickly (PeerChannelArguments).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on '", options_.listen_address, "' (in use or not local?)"));
+  }
+  const size_t colon = options_.listen_address.rfind(':');
+  address_ = absl::StrCat(options_.listen_address.substr(0, colon), ":", port);
+  RDV_LOG(Info) << env_.worker_name << " listening on " << address_ << ", incarnation "
+                << FormatIncarnation(env_.incarnation);
+  return absl::OkStatus();
+}
+
+void WorkerServer::Impl::Shutdown() {
+  if (server_ == nullptr) return;
+  rendezvous_mgr_.CleanupAll();
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server_->Wait();
+  server_.reset();
+  rendezvous_mgr_.CleanupAll();
+}
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOptions options) {
+  if (options.task < 0) return absl::InvalidArgumentError("worker task must be >= 0");
+  if (!DeviceName::Parse(absl::StrCat("/job:", options.job)).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker job '", options.job, "' must be a letter then [A-Za-z0-9_]"));
+  }
+  auto impl = std::make_unique<Impl>(std::move(options));
+  RDV_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<WorkerServer>(new WorkerServer(std::move(impl)));
+}
+
+WorkerServer::WorkerServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+WorkerServer::~WorkerServer() { Shutdown(); }
+const std::string& WorkerServer::worker_name() const { return impl_->env_.worker_name; }
+uint64_t WorkerServer::incarnation() const { return impl_->env_.incarnation; }
+const std::string& WorkerServer::address() const { return impl_->address_; }
+RendezvousMgr& WorkerServer::rendezvous_mgr() { return impl_->rendezvous_mgr_; }
+WorkerCache& WorkerServer::worker_cache() { return impl_->worker_cache_; }
+const WorkerEnv& WorkerServer::env() const { return impl_->env_; }
+void WorkerServer::Shutdown() { impl_->Shutdown(); }
+
+}  // namespace rdv::control

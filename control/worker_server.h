@@ -1,0 +1,56 @@
+// A worker's gRPC server: the WorkerService every remote protocol uses
+// (Handshake, RecvTensor, ReleaseTransfers, CleanupStep, AbortStep), and the
+// DriverService when enabled. One per process; embeddable (rdv-worker runs
+// one). Start binds and serves on gRPC's threads; the destructor shuts the
+// server down and cleans up every step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "control/cluster.h"
+#include "control/options.h"
+#include "control/rendezvous_mgr.h"
+#include "control/worker_env.h"
+
+namespace rdv::control {
+
+struct WorkerServerOptions {
+  std::string job = "worker";
+  int task = 0;
+  // host:port to listen on; port 0 picks a free port (see address()).
+  std::string listen_address = "127.0.0.1:0";
+  ClusterSpec cluster;
+  ControlOptions control;
+  // Serve DriverService: lets tests and benchmarks make this worker Send.
+  bool enable_driver = false;
+};
+
+class WorkerServer {
+ public:
+  // INVALID_ARGUMENT for bad options; UNAVAILABLE when the address cannot
+  // be bound.
+  static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(WorkerServerOptions options);
+  ~WorkerServer();
+  WorkerServer(const WorkerServer&) = delete;
+  WorkerServer& operator=(const WorkerServer&) = delete;
+
+  const std::string& worker_name() const;
+  uint64_t incarnation() const;
+  // The bound host:port (the real port when 0 was asked for).
+  const std::string& address() const;
+  RendezvousMgr& rendezvous_mgr();
+  WorkerCache& worker_cache();
+  const WorkerEnv& env() const;
+
+  // Stops serving: calls in flight are cancelled; steps are cleaned up.
+  void Shutdown();
+
+ private:
+  class Impl;
+  explicit WorkerServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rdv::control
