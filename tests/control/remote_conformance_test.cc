@@ -1,0 +1,356 @@
+// The cross-process conformance suite: this test process runs the consumer
+// worker (task 1, an embedded WorkerServer) and spawns the producer worker
+// (task 0, a real rdv-worker with its driver on) on 127.0.0.1. Every
+// protocol instantiates it; every wait is bounded.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "control/tensor_pattern.h"
+#include "control/worker_server.h"
+#include "gtest/gtest.h"
+#include "tests/control/worker_process.h"
+#include "tests/test_util.h"
+
+namespace rdv::control {
+namespace {
+
+using testing::kWaitLimit;
+using testing::RecvResult;
+using testing::WorkerProcess;
+
+constexpr char kProducerCpu[] = "/job:worker/replica:0/task:0/device:CPU:0";
+constexpr char kConsumerCpu[] = "/job:worker/replica:0/task:1/device:CPU:0";
+constexpr absl::Duration kPeerTimeout = absl::Seconds(2);
+
+class RemoteConformanceTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    WorkerServerOptions options;
+    options.task = 1;
+    options.cluster = *ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1");
+    options.control.peer_timeout = kPeerTimeout;
+    auto consumer = WorkerServer::Start(options);
+    ASSERT_TRUE(consumer.ok()) << consumer.status();
+    consumer_ = *std::move(consumer);
+    consumer_->worker_cache().SetAddress("worker", 1, consumer_->address());
+    StartProducer();
+  }
+
+  void StartProducer() {
+    auto producer = WorkerProcess::Start(
+        {"--task=0", "--listen=127.0.0.1:0", "--enable_driver",
+         absl::StrCat("--cluster=worker=127.0.0.1:1,", consumer_->address())},
+        kWaitLimit);
+    ASSERT_TRUE(producer.ok()) << producer.status();
+    producer_ = *std::move(producer);
+    consumer_->worker_cache().SetAddress("worker", 0, producer_->address());
+    driver_ = DriverService::NewStub(grpc::CreateChannel(producer_->address(),
+                                                          grpc::InsecureChannelCredentials()));
+    worker_stub_ = WorkerService::NewStub(
+        grpc::CreateChannel(producer_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  ParsedKey Key(const std::string& name, uint64_t incarnation = 0,
+                const char* src = kProducerCpu) {
+    return *ParsedKey::Parse(CreateRendezvousKey(
+        src, incarnation ? incarnation : producer_->incarnation(), kConsumerCpu, name));
+  }
+
+  static ProduceItem Item(const ParsedKey& key, DType dtype, std::vector<int64_t> dims,
+                          uint32_t seed) {
+    ProduceItem item;
+    item.set_rendezvous_key(std::string(key.FullKey()));
+    item.set_dtype(static_cast<int>(dtype));
+    for (int64_t d : dims) item.add_dims(d);
+    item.set_seed(seed);
+    return item;
+  }
+
+  absl::Status Produce(int64_t step, std::vector<ProduceItem> items) {
+    ProduceRequest request;
+    request.set_step_id(step);
+    for (auto& item : items) *request.add_items() = std::move(item);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
+    ProduceResponse response;
+    const grpc::Status status = driver_->Produce(&context, request, &response);
+    return status.ok() ? absl::OkStatus()
+                       : absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                                      status.error_message());
+  }
+
+  absl::Status Recv(int64_t step, const ParsedKey& key, Tensor* value, bool* is_dead,
+                    absl::Duration timeout = kWaitLimit) {
+    return consumer_->rendezvous_mgr().Find(step)->Recv(key, {}, value, is_dead, timeout);
+  }
+
+  void WorkerCall(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
+    const grpc::Status status = call(&context);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+
+  std::unique_ptr<WorkerServer> consumer_;
+  std::unique_ptr<WorkerProcess> producer_;
+  std::unique_ptr<DriverService::Stub> driver_;
+  std::unique_ptr<WorkerService::Stub> worker_stub_;
+};
+
+TEST_P(RemoteConformanceTest, SendBeforeRecv) {
+  const ParsedKey key = Key("a");
+  ASSERT_TRUE(Produce(1, {Item(key, DType::kFloat, {2, 3}, 7)}).ok());
+  Tensor value;
+  bool is_dead = true;
+  ASSERT_TRUE(Recv(1, key, &value, &is_dead).ok());
+  EXPECT_FALSE(is_dead);
+  EXPECT_EQ(value.dtype(), DType::kFloat);
+  EXPECT_EQ(value.shape(), *TensorShape::Create({2, 3}));
+  EXPECT_TRUE(VerifyPattern(value, 7).ok());
+}
+
+TEST_P(RemoteConformanceTest, RecvBeforeSend) {
+  const ParsedKey key = Key("b");
+  RecvResult result;
+  consumer_->rendezvous_mgr().Find(2)->RecvAsync(key, {}, result.Capture());
+  ASSERT_TRUE(Produce(2, {Item(key, DType::kInt32, {100}, 3)}).ok());
+  ASSERT_TRUE(result.Wait());
+  ASSERT_TRUE(result.status.ok()) << result.status;
+  EXPECT_TRUE(VerifyPattern(result.value, 3).ok());
+}
+
+TEST_P(RemoteConformanceTest, ManySendsOnOneKeyArriveInOrder) {
+  const ParsedKey key = Key("fifo");
+  std::vector<ProduceItem> items;
+  for (uint32_t seed = 0; seed < 20; ++seed) items.push_back(Item(key, DType::kUInt8, {64}, seed));
+  ASSERT_TRUE(Produce(3, items).ok());
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    Tensor value;
+    bool is_dead;
+    ASSERT_TRUE(Recv(3, key, &value, &is_dead).ok());
+    EXPECT_TRUE(VerifyPattern(value, seed).ok()) << "value " << seed << " out of order";
+  }
+}
+
+TEST_P(RemoteConformanceTest, ThousandKeysInFlight) {
+  constexpr int kKeys = 1000;
+  std::vector<ParsedKey> keys;
+  std::vector<RecvResult> results(kKeys);
+  std::vector<ProduceItem> items;
+  auto rendezvous = consumer_->rendezvous_mgr().Find(4);
+  for (int i = 0; i < kKeys; ++i) {
+    keys.push_back(Key(absl::StrCat("k", i)));
+    rendezvous->RecvAsync(keys.back(), {}, results[i].Capture());
+    items.push_back(Item(keys.back(), DType::kInt64, {i % 7 + 1}, static_cast<uint32_t>(i)));
+  }
+  ASSERT_TRUE(Produce(4, items).ok());
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(results[i].Wait()) << i;
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status;
+    EXPECT_TRUE(VerifyPattern(results[i].value, static_cast<uint32_t>(i)).ok()) << i;
+  }
+}
+
+TEST_P(RemoteConformanceTest, SizesArriveByteExact) {
+  int64_t step = 10;
+  for (int64_t bytes : {int64_t{0}, int64_t{1}, int64_t{4} << 10, int64_t{1} << 20,
+                        int64_t{256} << 20}) {
+    const ParsedKey key = Key(absl::StrCat("size", bytes));
+    ASSERT_TRUE(Produce(step, {Item(key, DType::kUInt8, {bytes}, 11)}).ok());
+    Tensor value;
+    bool is_dead;
+    const absl::Status status = Recv(step, key, &value, &is_dead);
+    ASSERT_TRUE(status.ok()) << bytes << ": " << status;
+    EXPECT_EQ(value.TotalBytes(), static_cast<size_t>(bytes));
+    EXPECT_TRUE(VerifyPattern(value, 11).ok()) << bytes;
+    ++step;
+  }
+}
+
+TEST_P(RemoteConformanceTest, EveryDType) {
+  for (const DType dtype : {DType::kFloat, DType::kDouble, DType::kInt8, DType::kInt16,
+                            DType::kInt32, DType::kInt64, DType::kUInt8, DType::kUInt16,
+                            DType::kUInt32, DType::kUInt64, DType::kBool, DType::kHalf,
+                            DType::kBFloat16, DType::kComplex64, DType::kComplex128,
+                            DType::kString}) {
+    const ParsedKey key = Key(absl::StrCat("dtype", static_cast<int>(dtype)));
+    ASSERT_TRUE(Produce(20, {Item(key, dtype, {3, 5}, 5)}).ok());
+    Tensor value;
+    bool is_dead;
+    ASSERT_TRUE(Recv(20, key, &value, &is_dead).ok()) << DTypeName(dtype);
+    EXPECT_EQ(value.dtype(), dtype);
+    EXPECT_TRUE(VerifyPattern(value, 5).ok()) << DTypeName(dtype);
+  }
+}
+
+TEST_P(RemoteConformanceTest, IsDeadPassesThrough) {
+  const ParsedKey key = Key("dead");
+  ProduceItem item = Item(key, DType::kFloat, {1}, 0);
+  item.set_is_dead(true);
+  ASSERT_TRUE(Produce(21, {item}).ok());
+  Tensor value;
+  bool is_dead = false;
+  ASSERT_TRUE(Recv(21, key, &value, &is_dead).ok());
+  EXPECT_TRUE(is_dead);
+}
+
+TEST_P(RemoteConformanceTest, StepCleanupDropsUnconsumedSends) {
+  const ParsedKey key = Key("dropped");
+  ASSERT_TRUE(Produce(22, {Item(key, DType::kUInt8, {16}, 1)}).ok());
+  WorkerCall([&](grpc::ClientContext* context) {
+    CleanupStepRequest request;
+    request.set_step_id(22);
+    CleanupStepResponse response;
+    return worker_stub_->CleanupStep(context, request, &response);
+  });
+  ASSERT_TRUE(Produce(22, {Item(key, DType::kUInt8, {16}, 2)}).ok());
+  Tensor value;
+  bool is_dead;
+  ASSERT_TRUE(Recv(22, key, &value, &is_dead).ok());
+  EXPECT_TRUE(VerifyPattern(value, 2).ok()) << "the value sent before cleanup was not dropped";
+}
+
+TEST_P(RemoteConformanceTest, ConsumerCleanupFailsPendingRecv) {
+  RecvResult result;
+  consumer_->rendezvous_mgr().Find(23)->RecvAsync(Key("never"), {}, result.Capture());
+  consumer_->rendezvous_mgr().Cleanup(23);
+  ASSERT_TRUE(result.Wait());
+  EXPECT_EQ(result.status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(result.status.message(), "Cleanup 23");
+}
+
+TEST_P(RemoteConformanceTest, AbortStepFailsPendingRecvsEverywhere) {
+  RecvResult remote, local;
+  auto rendezvous = consumer_->rendezvous_mgr().Find(24);
+  rendezvous->RecvAsync(Key("pending"), {}, remote.Capture());
+  rendezvous->RecvAsync(*ParsedKey::Parse(CreateRendezvousKey(kConsumerCpu, 1, kConsumerCpu, "own")),
+                        {}, local.Capture());
+  WorkerCall([&](grpc::ClientContext* context) {
+    AbortStepRequest request;
+    request.set_step_id(24);
+    request.set_code(static_cast<int>(absl::StatusCode::kAborted));
+    request.set_message("partition 3 failed");
+    request.set_propagate(true);
+    AbortStepResponse response;
+    return worker_stub_->AbortStep(context, request, &response);
+  });
+  ASSERT_TRUE(remote.Wait());
+  EXPECT_EQ(remote.status.code(), absl::StatusCode::kAborted) << remote.status;
+  EXPECT_EQ(remote.status.message(), "partition 3 failed");
+  ASSERT_TRUE(local.Wait()) << "the abort did not reach the consumer worker";
+  EXPECT_EQ(local.status.code(), absl::StatusCode::kAborted) << local.status;
+  EXPECT_EQ(local.status.message(), "partition 3 failed");
+}
+
+TEST_P(RemoteConformanceTest, TimedOutRecvIsWithdrawnAtTheProducer) {
+  const ParsedKey key = Key("late");
+  Tensor value;
+  bool is_dead;
+  EXPECT_EQ(Recv(25, key, &value, &is_dead, absl::Milliseconds(100)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(Produce(25, {Item(key, DType::kUInt8, {8}, 4)}).ok());
+  ASSERT_TRUE(Recv(25, key, &value, &is_dead).ok()) << "the late value was lost";
+  EXPECT_TRUE(VerifyPattern(value, 4).ok());
+}
+
+TEST_P(RemoteConformanceTest, KilledProducerFailsPendingRecvWithUnavailable) {
+  RecvResult result;
+  consumer_->rendezvous_mgr().Find(26)->RecvAsync(Key("orphan"), {}, result.Capture());
+  const absl::Time killed = absl::Now();
+  producer_->Kill();
+  ASSERT_TRUE(result.Wait());
+  EXPECT_EQ(result.status.code(), absl::StatusCode::kUnavailable) << result.status;
+  EXPECT_LT(absl::Now() - killed, kPeerTimeout + absl::Seconds(3));
+  // The consumer keeps working.
+  ASSERT_TRUE(consumer_->rendezvous_mgr().Find(26)->Send(
+      *ParsedKey::Parse(CreateRendezvousKey(kConsumerCpu, 1, kConsumerCpu, "self")), {},
+      testing::FloatTensor({1}), false).ok());
+}
+
+TEST_P(RemoteConformanceTest, ProducerKilledMidTransferNeverCorrupts) {
+  const ParsedKey key = Key("big");
+  ASSERT_TRUE(Produce(27, {Item(key, DType::kUInt8, {int64_t{256} << 20}, 9)}).ok());
+  RecvResult result;
+  consumer_->rendezvous_mgr().Find(27)->RecvAsync(key, {}, result.Capture());
+  producer_->Kill();
+  ASSERT_TRUE(result.Wait());
+  if (result.status.ok()) {
+    EXPECT_TRUE(VerifyPattern(result.value, 9).ok());
+  } else {
+    EXPECT_EQ(result.status.code(), absl::StatusCode::kUnavailable) << result.status;
+  }
+}
+
+TEST_P(RemoteConformanceTest, RestartedProducerGivesAborted) {
+  const uint64_t old_incarnation = producer_->incarnation();
+  producer_->Kill();
+  StartProducer();
+  ASSERT_NE(producer_->incarnation(), old_incarnation);
+  Tensor value;
+  bool is_dead;
+  const absl::Status status = Recv(28, Key("x", old_incarnation), &value, &is_dead);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_NE(status.message().find("restarted"), absl::string_view::npos) << status;
+}
+
+TEST_P(RemoteConformanceTest, KeyFromAnotherWorkerIsInvalidArgument) {
+  // Task 2 is pointed at the producer, which is task 0.
+  consumer_->worker_cache().SetAddress("worker", 2, producer_->address());
+  Tensor value;
+  bool is_dead;
+  const absl::Status status =
+      Recv(29, Key("wrong", 0, "/job:worker/replica:0/task:2/device:CPU:0"), &value, &is_dead);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+}
+
+TEST_P(RemoteConformanceTest, UnknownWorkerIsInvalidArgument) {
+  Tensor value;
+  bool is_dead;
+  const absl::Status status =
+      Recv(30, Key("nowhere", 0, "/job:ps/replica:0/task:0/device:CPU:0"), &value, &is_dead);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+}
+
+TEST_P(RemoteConformanceTest, UnreachableWorkerIsUnavailable) {
+  consumer_->worker_cache().SetAddress("worker", 3, "127.0.0.1:1");
+  Tensor value;
+  bool is_dead;
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      Recv(31, Key("gone", 0, "/job:worker/replica:0/task:3/device:CPU:0"), &value, &is_dead);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_LT(absl::Now() - start, kPeerTimeout + absl::Seconds(3));
+}
+
+TEST_P(RemoteConformanceTest, RepeatedRequestIdIsRefused) {
+  const ParsedKey key = Key("once");
+  ASSERT_TRUE(Produce(32, {Item(key, DType::kUInt8, {4}, 1), Item(key, DType::kUInt8, {4}, 2)}).ok());
+  RecvTensorRequest request;
+  request.set_step_id(32);
+  request.set_rendezvous_key(std::string(key.FullKey()));
+  request.set_request_id(424242);
+  request.set_protocol(GetParam());
+  std::vector<grpc::Status> statuses;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
+    auto reader = worker_stub_->RecvTensor(&context, request);
+    RecvTensorChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    statuses.push_back(reader->Finish());
+  }
+  EXPECT_TRUE(statuses[0].ok()) << statuses[0].error_message();
+  EXPECT_EQ(statuses[1].error_code(), grpc::StatusCode::ALREADY_EXISTS);
+}
+
+INSTANTIATE_TEST_SUITE_P(Protocols, RemoteConformanceTest, ::testing::Values("grpc"),
+                         [](const ::testing::TestParamInfo<const char*>&) { return "grpc"; });
+
+}  // namespace
+}  // namespace rdv::control
