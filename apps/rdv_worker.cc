@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "control/worker_server.h"
 
 ABSL_FLAG(std::string, job, "worker", "job name of this worker");
@@ -75,6 +76,9 @@ absl::Status Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("rdv-worker --cluster worker=h:p,h:p --task N [--enable_driver]");
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil checks every absl::Mutex acquisition for deadlock cycles
+  // under a global lock, gRPC's included; a program may turn that off.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const absl::Status status = Run();
   if (!status.ok()) {
     std::cerr << "rdv-worker: " << status << "\n";

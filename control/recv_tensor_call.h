@@ -1,6 +1,8 @@
-// One RecvTensor call from a consumer to a producer: sends the request,
+// RecvTensor calls from a consumer to a producer: each sends the request,
 // decodes the response stream straight into a new host tensor, then (for a
-// GPU destination) copies it to the device. Deletes itself when done.
+// GPU destination) copies it to the device. RecvTensorCall runs on gRPC's
+// threads and deletes itself; BlockingRecvTensorCall runs on the caller's
+// thread (the blocking Recv), one thread handoff shorter.
 #pragma once
 
 #include <cstdint>
@@ -16,13 +18,23 @@
 
 namespace rdv::control {
 
-class RecvTensorCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+// What a step's rendezvous can do to a call in flight.
+class AbortableCall {
+ public:
+  virtual ~AbortableCall() = default;
+  // Ends the call early; the Recv completes with `status` (the first
+  // given). Any thread, until the call is untracked.
+  virtual void Abort(const absl::Status& status) = 0;
+};
+
+class RecvTensorCall final : public AbortableCall,
+                             public grpc::ClientReadReactor<grpc::ByteBuffer> {
  public:
   // Runs once, on a gRPC or CUDA completion thread, after the call ended.
   using Done = absl::AnyInvocable<void(absl::Status, Tensor, bool is_dead) &&>;
   // Runs on the same thread right before `done`, to unhook the call from
   // whoever may Abort it; after it returns nobody calls Abort again.
-  using Detach = absl::AnyInvocable<void(RecvTensorCall*) &&>;
+  using Detach = absl::AnyInvocable<void(AbortableCall*) &&>;
 
   RecvTensorCall(std::shared_ptr<WorkerClient> worker, RecvTensorRequest request,
                  MemoryLocation destination, Detach detach, Done done);
@@ -30,9 +42,7 @@ class RecvTensorCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   // Starts the call; the object owns itself from here.
   void Start();
 
-  // Ends the call early; the Recv completes with `status` (the first given).
-  // Any thread, until Detach has run.
-  void Abort(const absl::Status& status);
+  void Abort(const absl::Status& status) override;
 
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
@@ -53,5 +63,31 @@ class RecvTensorCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   std::mutex mu_;
   absl::Status abort_status_;  // guarded by mu_
 };
+
+class BlockingRecvTensorCall final : public AbortableCall {
+ public:
+  BlockingRecvTensorCall(std::shared_ptr<WorkerClient> worker, RecvTensorRequest request,
+                         absl::Duration timeout);
+
+  // Runs the call to its end on this thread; `tensor` / `is_dead` are set
+  // only on success. A deadline hit before any byte arrived is
+  // DEADLINE_EXCEEDED.
+  absl::Status Run(Tensor* tensor, bool* is_dead);
+
+  void Abort(const absl::Status& status) override;
+
+ private:
+  const std::shared_ptr<WorkerClient> worker_;
+  const RecvTensorRequest request_;
+  grpc::ClientContext context_;
+  TensorDecoder decoder_;
+  std::mutex mu_;
+  absl::Status abort_status_;  // guarded by mu_
+};
+
+// The status a finished call reports: the abort status if it was aborted,
+// UNAVAILABLE naming the worker if the worker could not be reached.
+absl::Status RecvTensorStatus(const WorkerClient& worker, const grpc::Status& status,
+                              const absl::Status& abort_status);
 
 }  // namespace rdv::control

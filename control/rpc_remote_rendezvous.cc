@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "control/protocol.h"
 #include "control/recv_tensor_call.h"
+#include "core/device_copy.h"
+#include "core/notification.h"
 
 namespace rdv::control {
 namespace {
@@ -53,15 +55,9 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
     std::move(done)(worker.status(), RendezvousArgs{}, args, Tensor(), false);
     return;
   }
-  RecvTensorRequest request;
-  request.set_step_id(step_id_);
-  request.set_rendezvous_key(std::string(key.FullKey()));
-  request.set_request_id(NextRequestId());
-  request.set_protocol(kProtocolGrpc);
-
   CancellationManager* const cancel = args.cancellation_manager;
   const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
-  auto detach = [self = shared_from_this(), cancel, token](RecvTensorCall* call) {
+  auto detach = [self = shared_from_this(), cancel, token](AbortableCall* call) {
     if (cancel != nullptr) cancel->DeregisterCallback(token);
     self->Untrack(call);
   };
@@ -69,7 +65,7 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
                                                bool is_dead) mutable {
     std::move(done)(status, RendezvousArgs{}, args, tensor, is_dead);
   };
-  auto* call = new RecvTensorCall(*std::move(worker), std::move(request),
+  auto* call = new RecvTensorCall(*std::move(worker), MakeRequest(key),
                                   RecvDestination(key, args), std::move(detach),
                                   std::move(finish));
   if (const absl::Status aborted = Track(call); !aborted.ok()) call->Abort(aborted);
@@ -82,13 +78,65 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
   call->Start();
 }
 
-absl::Status RpcRemoteRendezvous::Track(RecvTensorCall* call) {
+RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key) const {
+  RecvTensorRequest request;
+  request.set_step_id(step_id_);
+  request.set_rendezvous_key(std::string(key.FullKey()));
+  request.set_request_id(NextRequestId());
+  request.set_protocol(kProtocolGrpc);
+  return request;
+}
+
+absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArgs& args,
+                                       Tensor* value, bool* is_dead, absl::Duration timeout) {
+  if (InSameAddressSpace(key.src(), env_->worker)) {
+    return Rendezvous::Recv(key, args, value, is_dead, timeout);
+  }
+  RDV_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> worker,
+                       env_->worker_cache->Get(key.src().WorkerName()));
+  BlockingRecvTensorCall call(std::move(worker), MakeRequest(key), timeout);
+  const absl::Status cancelled =
+      absl::CancelledError(absl::StrCat("Recv of '", key.FullKey(), "' was cancelled"));
+  if (const absl::Status aborted = Track(&call); !aborted.ok()) call.Abort(aborted);
+  CancellationManager* const cancel = args.cancellation_manager;
+  const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
+  if (cancel != nullptr &&
+      !cancel->RegisterCallback(token, [&call, &cancelled] { call.Abort(cancelled); })) {
+    call.Abort(cancelled);
+  }
+  Tensor received;
+  bool dead = false;
+  absl::Status status = call.Run(&received, &dead);
+  if (cancel != nullptr) cancel->DeregisterCallback(token);
+  Untrack(&call);
+  if (absl::IsDeadlineExceeded(status)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "Recv of '", key.FullKey(), "' timed out after ", absl::FormatDuration(timeout)));
+  }
+  RDV_RETURN_IF_ERROR(status);
+  const MemoryLocation destination = RecvDestination(key, args);
+  if (!destination.is_host() && received.IsInitialized()) {
+    Notification copied;
+    CopyTensorAsync(received, destination, [&](absl::StatusOr<Tensor> on_device) {
+      status = on_device.status();
+      if (on_device.ok()) received = *std::move(on_device);
+      copied.Notify();
+    });
+    copied.WaitForNotification();
+    RDV_RETURN_IF_ERROR(status);
+  }
+  *value = std::move(received);
+  *is_dead = dead;
+  return absl::OkStatus();
+}
+
+absl::Status RpcRemoteRendezvous::Track(AbortableCall* call) {
   std::lock_guard lock(mu_);
   active_calls_.insert(call);
   return abort_status_;
 }
 
-void RpcRemoteRendezvous::Untrack(RecvTensorCall* call) {
+void RpcRemoteRendezvous::Untrack(AbortableCall* call) {
   std::lock_guard lock(mu_);
   active_calls_.erase(call);
 }
@@ -100,8 +148,8 @@ void RpcRemoteRendezvous::StartAbort(const absl::Status& status) {
   std::lock_guard lock(mu_);
   if (!abort_status_.ok()) return;
   abort_status_ = abort_status;
-  const std::vector<RecvTensorCall*> calls(active_calls_.begin(), active_calls_.end());
-  for (RecvTensorCall* call : calls) call->Abort(abort_status);
+  const std::vector<AbortableCall*> calls(active_calls_.begin(), active_calls_.end());
+  for (AbortableCall* call : calls) call->Abort(abort_status);
 }
 
 }  // namespace rdv::control

@@ -13,12 +13,13 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_set.h"
+#include "control/worker.pb.h"
 #include "control/worker_env.h"
 #include "core/intra_process_rendezvous.h"
 
 namespace rdv::control {
 
-class RecvTensorCall;
+class AbortableCall;
 
 class RpcRemoteRendezvous final : public Rendezvous,
                                   public std::enable_shared_from_this<RpcRemoteRendezvous> {
@@ -31,6 +32,9 @@ class RpcRemoteRendezvous final : public Rendezvous,
                     bool is_dead) override;
   void RecvAsync(const ParsedKey& key, const RendezvousArgs& args,
                  RecvDoneCallback done) override;
+  // A remote Recv runs its RecvTensor call on the calling thread.
+  absl::Status Recv(const ParsedKey& key, const RendezvousArgs& args, Tensor* value,
+                    bool* is_dead, absl::Duration timeout = absl::InfiniteDuration()) override;
   // Also ends this step's RecvTensor calls in flight, with `status`.
   void StartAbort(const absl::Status& status) override;
 
@@ -39,9 +43,10 @@ class RpcRemoteRendezvous final : public Rendezvous,
 
  private:
   void RecvRemote(const ParsedKey& key, const RendezvousArgs& args, RecvDoneCallback done);
+  RecvTensorRequest MakeRequest(const ParsedKey& key) const;
   // The abort status when aborted (the call must then end at once).
-  absl::Status Track(RecvTensorCall* call);
-  void Untrack(RecvTensorCall* call);
+  absl::Status Track(AbortableCall* call);
+  void Untrack(AbortableCall* call);
 
   const WorkerEnv* const env_;
   const int64_t step_id_;
@@ -50,7 +55,7 @@ class RpcRemoteRendezvous final : public Rendezvous,
   // untracks it under this lock.
   std::recursive_mutex mu_;
   absl::Status abort_status_;                          // guarded by mu_
-  absl::flat_hash_set<RecvTensorCall*> active_calls_;  // guarded by mu_
+  absl::flat_hash_set<AbortableCall*> active_calls_;  // guarded by mu_
 };
 
 }  // namespace rdv::control

@@ -49,6 +49,8 @@ class TensorDecoder {
   absl::Status Consume(grpc::ByteBuffer* chunk);
 
   bool has_meta() const { return has_meta_; }
+  // Meta and every payload byte have arrived.
+  bool complete() const { return has_meta_ && received_ == meta_.payload_bytes(); }
   const TensorMeta& meta() const { return meta_; }
 
   // The finished tensor (uninitialized when is_dead); DATA_LOSS when the

@@ -1,5 +1,7 @@
 #include "control/tensor_pattern.h"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -7,8 +9,23 @@
 namespace rdv::control {
 namespace {
 
-uint8_t PatternByte(uint64_t i, uint32_t seed) {
-  return static_cast<uint8_t>(i + seed * 131u + (i >> 8) * 7u + (i >> 16) * 13u);
+// Byte i of the pattern is uint8(i + 131 seed + 7 (i >> 8) + 13 (i >> 16)).
+// Within a 256-byte block only the low byte of i changes, so each block is
+// the ramp 0..255 rotated by the block's base: filled and checked with
+// memcpy/memcmp against kRamp, at memory speed.
+constexpr size_t kBlock = 256;
+
+struct Ramp {
+  uint8_t bytes[2 * kBlock];
+  Ramp() {
+    for (size_t i = 0; i < 2 * kBlock; ++i) bytes[i] = static_cast<uint8_t>(i);
+  }
+};
+const Ramp kRamp;
+
+const uint8_t* BlockPattern(uint64_t block, uint32_t seed) {
+  const uint64_t i = block * kBlock;
+  return kRamp.bytes + static_cast<uint8_t>(seed * 131u + (i >> 8) * 7u + (i >> 16) * 13u);
 }
 
 std::string PatternString(int64_t j, uint32_t seed) {
@@ -27,7 +44,10 @@ absl::StatusOr<Tensor> MakePatternTensor(DType dtype, const TensorShape& shape, 
     return tensor;
   }
   auto* bytes = tensor.flat<uint8_t>();
-  for (size_t i = 0; i < tensor.TotalBytes(); ++i) bytes[i] = PatternByte(i, seed);
+  for (size_t offset = 0; offset < tensor.TotalBytes(); offset += kBlock) {
+    std::memcpy(bytes + offset, BlockPattern(offset / kBlock, seed),
+                std::min(kBlock, tensor.TotalBytes() - offset));
+  }
   return tensor;
 }
 
@@ -44,12 +64,15 @@ absl::Status VerifyPattern(const Tensor& tensor, uint32_t seed) {
     return absl::OkStatus();
   }
   const auto* bytes = tensor.flat<uint8_t>();
-  for (size_t i = 0; i < tensor.TotalBytes(); ++i) {
-    if (bytes[i] != PatternByte(i, seed)) {
-      return absl::DataLossError(absl::StrCat("byte ", i, " of ", tensor.TotalBytes(),
-                                              " differs: got ", bytes[i], ", want ",
-                                              PatternByte(i, seed)));
-    }
+  for (size_t offset = 0; offset < tensor.TotalBytes(); offset += kBlock) {
+    const size_t length = std::min(kBlock, tensor.TotalBytes() - offset);
+    const uint8_t* want = BlockPattern(offset / kBlock, seed);
+    if (std::memcmp(bytes + offset, want, length) == 0) continue;
+    size_t i = 0;
+    while (bytes[offset + i] == want[i]) ++i;
+    return absl::DataLossError(absl::StrCat("byte ", offset + i, " of ", tensor.TotalBytes(),
+                                            " differs: got ", bytes[offset + i], ", want ",
+                                            want[i]));
   }
   return absl::OkStatus();
 }

@@ -3,6 +3,8 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include "control/protocol.h"
+
 namespace rdv::control {
 
 grpc::ChannelArguments PeerChannelArguments(const ControlOptions& options) {
@@ -38,7 +40,8 @@ absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerCache::Get(absl::string_view
   client->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
                                               PeerChannelArguments(options_));
   client->stub = WorkerService::NewStub(client->channel);
-  client->generic = std::make_unique<grpc::GenericStub>(client->channel);
+  client->recv_tensor = std::make_unique<grpc::internal::RpcMethod>(
+      kRecvTensorMethod, grpc::internal::RpcMethod::SERVER_STREAMING, client->channel);
   clients_.emplace(worker_name, client);
   return client;
 }

@@ -7,7 +7,7 @@
 #include <string>
 
 #include <grpcpp/channel.h>
-#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/channel_arguments.h>
 
 #include "absl/container/flat_hash_map.h"
@@ -27,7 +27,10 @@ struct WorkerClient {
   std::string address;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<WorkerService::Stub> stub;
-  std::unique_ptr<grpc::GenericStub> generic;  // for calls parsed by hand
+  // RecvTensor registered on the channel for calls whose response rdv
+  // parses by hand (a registered method is cheaper per call than a generic
+  // one: its path is interned once).
+  std::unique_ptr<grpc::internal::RpcMethod> recv_tensor;
 };
 
 class WorkerCache {

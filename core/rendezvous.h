@@ -58,8 +58,9 @@ class Rendezvous {
   // Blocks until the value exists, `timeout` passes (DEADLINE_EXCEEDED) or
   // the Recv fails. On timeout the Recv is withdrawn from its channel before
   // this returns, so nothing refers to the caller afterwards and a later
-  // Send stays buffered for the next Recv.
-  absl::Status Recv(const ParsedKey& key, const RendezvousArgs& args, Tensor* value,
+  // Send stays buffered for the next Recv. Built on RecvAsync; a
+  // rendezvous may override it to do the work on the calling thread.
+  virtual absl::Status Recv(const ParsedKey& key, const RendezvousArgs& args, Tensor* value,
                     bool* is_dead, absl::Duration timeout = absl::InfiniteDuration());
 
   // Fails every waiting Recv with `status`, drops every buffered value, and

@@ -13,7 +13,7 @@
 #include "control/tensor_pattern.h"
 #include "control/worker_server.h"
 #include "gtest/gtest.h"
-#include "tests/control/worker_process.h"
+#include "control/worker_process.h"
 #include "tests/test_util.h"
 
 namespace rdv::control {
@@ -21,7 +21,6 @@ namespace {
 
 using testing::kWaitLimit;
 using testing::RecvResult;
-using testing::WorkerProcess;
 
 constexpr char kProducerCpu[] = "/job:worker/replica:0/task:0/device:CPU:0";
 constexpr char kConsumerCpu[] = "/job:worker/replica:0/task:1/device:CPU:0";
@@ -170,6 +169,19 @@ TEST_P(RemoteConformanceTest, SizesArriveByteExact) {
     EXPECT_TRUE(VerifyPattern(value, 11).ok()) << bytes;
     ++step;
   }
+}
+
+// Above protobuf's 2 GiB message limit: the stream carries it in chunks.
+TEST_P(RemoteConformanceTest, Above2GiBArrives) {
+  const int64_t bytes = (int64_t{5} << 29) + 3;  // 2.5 GiB and a bit
+  const ParsedKey key = Key("huge");
+  ASSERT_TRUE(Produce(15, {Item(key, DType::kUInt8, {bytes}, 13)}).ok());
+  Tensor value;
+  bool is_dead;
+  const absl::Status status = Recv(15, key, &value, &is_dead);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(value.TotalBytes(), static_cast<size_t>(bytes));
+  EXPECT_TRUE(VerifyPattern(value, 13).ok());
 }
 
 TEST_P(RemoteConformanceTest, EveryDType) {

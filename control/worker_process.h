@@ -1,4 +1,4 @@
-// A real rdv-worker process for tests: started with posix_spawn, ready
+// A real rdv-worker process, for tests, benchmarks and tools: started with posix_spawn, ready
 // when it prints its ready line (waited for with a bound), stopped with
 // SIGTERM (or SIGKILL) and reaped.
 #pragma once
@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "core/status.h"
 
-namespace rdv::testing {
+namespace rdv::control {
 
 class WorkerProcess {
  public:
@@ -41,4 +41,4 @@ class WorkerProcess {
   uint64_t incarnation_ = 0;
 };
 
-}  // namespace rdv::testing
+}  // namespace rdv::control

@@ -1,4 +1,4 @@
-#include "tests/control/worker_process.h"
+#include "control/worker_process.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -18,7 +18,7 @@
 
 extern char** environ;
 
-namespace rdv::testing {
+namespace rdv::control {
 namespace {
 
 // Reads one line from `fd` within `deadline`.
@@ -105,4 +105,4 @@ int WorkerProcess::Stop() {
   return status;
 }
 
-}  // namespace rdv::testing
+}  // namespace rdv::control

@@ -1,0 +1,155 @@
+// Cross-process transfer benchmarks. The binary runs the consumer worker
+// itself and spawns the producer (a real rdv-worker with its driver on) on
+// 127.0.0.1. BM_GrpcRecv/<bytes>: one remote Recv of a tensor already sent
+// on the producer (protocol grpc). BM_RawGrpcUnary/<bytes>: the reference,
+// a unary call whose reply carries the same bytes, on a channel with the
+// same settings. Pre-sending is outside the timed region.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <atomic>
+#include <iostream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "benchmark/benchmark.h"
+#include "control/worker_process.h"
+#include "control/worker_server.h"
+
+namespace rdv::control {
+namespace {
+
+constexpr char kProducerCpu[] = "/job:worker/replica:0/task:0/device:CPU:0";
+constexpr char kConsumerCpu[] = "/job:worker/replica:0/task:1/device:CPU:0";
+constexpr int kBatch = 32;
+
+struct Peers {
+  std::unique_ptr<WorkerServer> consumer;
+  std::unique_ptr<WorkerProcess> producer;
+  std::unique_ptr<DriverService::Stub> driver;
+  std::unique_ptr<WorkerService::Stub> worker;
+  std::atomic<int64_t> next_step{1};
+};
+Peers* peers = nullptr;
+
+absl::Status StartPeers() {
+  peers = new Peers;
+  WorkerServerOptions options;
+  options.task = 1;
+  RDV_ASSIGN_OR_RETURN(options.cluster, ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1"));
+  RDV_ASSIGN_OR_RETURN(options.control, ControlOptions::FromEnvironment());
+  RDV_ASSIGN_OR_RETURN(peers->consumer, WorkerServer::Start(options));
+  RDV_ASSIGN_OR_RETURN(peers->producer,
+                       WorkerProcess::Start({"--task=0", "--listen=127.0.0.1:0", "--enable_driver",
+                                             absl::StrCat("--cluster=worker=127.0.0.1:1,",
+                                                          peers->consumer->address())},
+                                            absl::Seconds(30)));
+  peers->consumer->worker_cache().SetAddress("worker", 0, peers->producer->address());
+  // The reference uses exactly the channel settings rdv uses to its peers.
+  auto channel = grpc::CreateCustomChannel(peers->producer->address(),
+                                           grpc::InsecureChannelCredentials(),
+                                           PeerChannelArguments(options.control));
+  peers->driver = DriverService::NewStub(channel);
+  peers->worker = WorkerService::NewStub(channel);
+  return absl::OkStatus();
+}
+
+void StopPeers() {
+  peers->producer.reset();
+  peers->consumer.reset();
+  delete peers;
+}
+
+bool Produce(int64_t step, const std::string& key, int64_t bytes, int count) {
+  ProduceRequest request;
+  request.set_step_id(step);
+  for (int i = 0; i < count; ++i) {
+    ProduceItem* item = request.add_items();
+    item->set_rendezvous_key(key);
+    item->set_dtype(static_cast<int>(DType::kUInt8));
+    item->add_dims(bytes);
+  }
+  grpc::ClientContext context;
+  ProduceResponse response;
+  return peers->driver->Produce(&context, request, &response).ok();
+}
+
+void Cleanup(int64_t step) {
+  peers->consumer->rendezvous_mgr().Cleanup(step);
+  grpc::ClientContext context;
+  CleanupStepRequest request;
+  request.set_step_id(step);
+  CleanupStepResponse response;
+  (void)peers->worker->CleanupStep(&context, request, &response);
+}
+
+void BM_GrpcRecv(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  const int64_t step = peers->next_step++;
+  const std::string key_text =
+      CreateRendezvousKey(kProducerCpu, peers->producer->incarnation(), kConsumerCpu, "edge_1_bench");
+  const ParsedKey key = *ParsedKey::Parse(key_text);
+  auto rendezvous = peers->consumer->rendezvous_mgr().Find(step);
+  int buffered = 0;
+  for (auto _ : state) {
+    if (buffered == 0) {
+      state.PauseTiming();
+      if (!Produce(step, key_text, bytes, kBatch)) state.SkipWithError("Produce failed");
+      buffered = kBatch;
+      state.ResumeTiming();
+    }
+    Tensor value;
+    bool is_dead;
+    const absl::Status status = rendezvous->Recv(key, {}, &value, &is_dead);
+    if (!status.ok() || value.TotalBytes() != static_cast<size_t>(bytes)) {
+      state.SkipWithError(status.ok() ? "wrong size" : std::string(status.message()).c_str());
+      break;
+    }
+    --buffered;
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  Cleanup(step);
+}
+
+void BM_RawGrpcUnary(benchmark::State& state) {
+  FetchBytesRequest request;
+  request.set_size(static_cast<uint64_t>(state.range(0)));
+  for (auto _ : state) {
+    grpc::ClientContext context;
+    FetchBytesResponse response;
+    const grpc::Status status = peers->driver->FetchBytes(&context, request, &response);
+    if (!status.ok() || response.payload().size() != request.size()) {
+      state.SkipWithError("FetchBytes failed");
+      break;
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+
+void Sizes(benchmark::internal::Benchmark* b) {
+  b->Arg(64);
+  for (int64_t bytes = 4 << 10; bytes <= (int64_t{256} << 20); bytes *= 4) b->Arg(bytes);
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_GrpcRecv)->Apply(Sizes);
+BENCHMARK(BM_RawGrpcUnary)->Apply(Sizes);
+
+}  // namespace
+}  // namespace rdv::control
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  // Debian's Abseil checks every absl::Mutex acquisition for deadlock cycles
+  // under a global lock, gRPC's included; a program may turn that off.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (const absl::Status started = rdv::control::StartPeers(); !started.ok()) {
+    std::cerr << "rdv_bench_remote: cannot start the peer worker: " << started << "\n";
+    return 1;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  rdv::control::StopPeers();
+  return 0;
+}
