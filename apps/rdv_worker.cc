@@ -24,6 +24,8 @@ ABSL_FLAG(std::string, listen, "",
 ABSL_FLAG(std::string, cluster, "", "cluster as job=host:port,host:port[;job=...]");
 ABSL_FLAG(std::string, cluster_file, "",
           "cluster as a JSON file: {\"worker\": [\"host:port\", ...]}");
+ABSL_FLAG(std::string, protocol, "grpc",
+          "grpc, or grpc+<transport> (grpc+ucx) to move payloads through a transport plugin");
 ABSL_FLAG(bool, enable_driver, false,
           "serve DriverService, so that tests and benchmarks can make this worker Send");
 
@@ -45,6 +47,7 @@ absl::Status Run() {
   options.job = absl::GetFlag(FLAGS_job);
   options.task = absl::GetFlag(FLAGS_task);
   options.enable_driver = absl::GetFlag(FLAGS_enable_driver);
+  options.protocol = absl::GetFlag(FLAGS_protocol);
   RDV_ASSIGN_OR_RETURN(options.cluster, ReadCluster());
   RDV_ASSIGN_OR_RETURN(options.control, rdv::control::ControlOptions::FromEnvironment());
   options.listen_address = absl::GetFlag(FLAGS_listen);

@@ -7,6 +7,7 @@
 #include "control/grpc_status.h"
 #include "control/protocol.h"
 #include "core/device_copy.h"
+#include "core/notification.h"
 
 namespace rdv::control {
 namespace {
@@ -17,15 +18,47 @@ absl::Status SerializeRequest(const RecvTensorRequest& request, grpc::ByteBuffer
       grpc::SerializationTraits<RecvTensorRequest>::Serialize(request, buffer, &own_buffer));
 }
 
+std::shared_ptr<Allocator> DestinationAllocator(DataPlane* data_plane) {
+  if (data_plane == nullptr) return HostAllocator();
+  return data_plane->allocator();
+}
+
 }  // namespace
 
-RecvTensorCall::RecvTensorCall(std::shared_ptr<WorkerClient> worker, RecvTensorRequest request,
-                               MemoryLocation destination, Detach detach, Done done)
+// Joins the end of the RecvTensor stream with the end of the data-plane
+// transfer it described. A stream that fails first finishes the Recv at
+// once; the transfer's late completion then finds `finished` and only
+// drops its reference.
+struct FetchJoin {
+  std::mutex mu;
+  bool transport_started = false;
+  bool transport_done = false;
+  bool stream_done = false;
+  bool finished = false;
+  absl::Status transport_status;
+  absl::Status stream_status;
+};
+
+void ReleaseFetched(const WorkerClient& worker, int64_t step_id, const TensorMeta& meta) {
+  if (!meta.has_transport() || meta.transport().op() != RDV_TRANSPORT_OP_GET) return;
+  ReleasedTransfer transfer;
+  transfer.set_step_id(step_id);
+  transfer.set_transfer_id(meta.transport().transfer_id());
+  transfer.set_length(meta.transport().length());
+  worker.releases->Release(transfer);
+}
+
+RecvTensorCall::RecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
+                               RecvTensorRequest request, MemoryLocation destination,
+                               Detach detach, Done done)
     : worker_(std::move(worker)),
+      data_plane_(data_plane),
+      join_(std::make_shared<FetchJoin>()),
       request_(std::move(request)),
       destination_(destination),
       detach_(std::move(detach)),
-      done_(std::move(done)) {}
+      done_(std::move(done)),
+      decoder_(DestinationAllocator(data_plane)) {}
 
 void RecvTensorCall::Start() {
   if (const absl::Status serialized = SerializeRequest(request_, &request_buffer_);
@@ -57,7 +90,34 @@ void RecvTensorCall::OnReadDone(bool ok) {
   response_.Clear();
   // The status follows the last chunk; a further read would only add a
   // round through the reactor.
-  if (!decoder_.complete()) StartRead(&response_);
+  if (!decoder_.complete()) {
+    StartRead(&response_);
+  } else if (decoder_.has_transport()) {
+    StartFetch();
+  }
+}
+
+void RecvTensorCall::StartFetch() {
+  if (data_plane_ == nullptr) {
+    Abort(absl::FailedPreconditionError("the producer answered with a transport descriptor, "
+                                        "but this worker has no data plane"));
+    return;
+  }
+  {
+    std::lock_guard lock(join_->mu);
+    join_->transport_started = true;
+  }
+  data_plane_->Fetch(decoder_.meta().transport(), decoder_.tensor(),
+                     [this, join = join_](absl::Status status) {
+                       {
+                         std::lock_guard lock(join->mu);
+                         join->transport_done = true;
+                         join->transport_status = std::move(status);
+                         if (join->finished || !join->stream_done) return;
+                         join->finished = true;
+                       }
+                       Finish();
+                     });
 }
 
 absl::Status RecvTensorStatus(const WorkerClient& worker, const grpc::Status& status,
@@ -78,10 +138,28 @@ absl::Status RecvTensorCall::FinalStatus(const grpc::Status& status) {
 
 void RecvTensorCall::OnDone(const grpc::Status& grpc_status) {
   const absl::Status status = FinalStatus(grpc_status);
+  {
+    std::lock_guard lock(join_->mu);
+    join_->stream_done = true;
+    join_->stream_status = status;
+    if (join_->transport_started && !join_->transport_done && status.ok()) return;
+    join_->finished = true;
+  }
+  Finish();
+}
+
+void RecvTensorCall::Finish() {
+  absl::Status status;
+  {
+    std::lock_guard lock(join_->mu);
+    status = join_->stream_status;
+    if (status.ok() && join_->transport_started) status = join_->transport_status;
+  }
   if (!status.ok()) {
     Complete(status, Tensor(), false);
     return;
   }
+  ReleaseFetched(*worker_, request_.step_id(), decoder_.meta());
   absl::StatusOr<Tensor> tensor = decoder_.Finish();
   const bool is_dead = decoder_.has_meta() && decoder_.meta().is_dead();
   if (!tensor.ok()) {
@@ -108,8 +186,12 @@ void RecvTensorCall::Complete(absl::Status status, Tensor tensor, bool is_dead) 
 }
 
 BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> worker,
-                                               RecvTensorRequest request, absl::Duration timeout)
-    : worker_(std::move(worker)), request_(std::move(request)) {
+                                               DataPlane* data_plane, RecvTensorRequest request,
+                                               absl::Duration timeout)
+    : worker_(std::move(worker)),
+      data_plane_(data_plane),
+      request_(std::move(request)),
+      decoder_(DestinationAllocator(data_plane)) {
   if (timeout < absl::InfiniteDuration()) {
     context_.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   }
@@ -134,12 +216,35 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
   while (decoded.ok() && !decoder_.complete() && reader->Read(&chunk)) {
     decoded = decoder_.Consume(&chunk);
   }
+  if (decoded.ok() && decoder_.has_transport() && data_plane_ == nullptr) {
+    decoded = absl::FailedPreconditionError(
+        "the producer answered with a transport descriptor, but this worker has no data plane");
+  }
   if (!decoded.ok()) Abort(decoded);
+  // The transfer starts before the stream's status arrives (with op tag the
+  // producer sends it only once its send is done).
+  struct Fetched {
+    Notification done;
+    absl::Status status;
+  };
+  auto fetched = std::make_shared<Fetched>();
+  if (decoded.ok() && decoder_.has_transport()) {
+    data_plane_->Fetch(decoder_.meta().transport(), decoder_.tensor(),
+                       [fetched](absl::Status status) {
+                         fetched->status = std::move(status);
+                         fetched->done.Notify();
+                       });
+  } else {
+    fetched->done.Notify();
+  }
   const grpc::Status finished = reader->Finish();
   {
     std::lock_guard lock(mu_);
     RDV_RETURN_IF_ERROR(RecvTensorStatus(*worker_, finished, abort_status_));
   }
+  fetched->done.WaitForNotification();
+  RDV_RETURN_IF_ERROR(fetched->status);
+  ReleaseFetched(*worker_, request_.step_id(), decoder_.meta());
   RDV_ASSIGN_OR_RETURN(*tensor, decoder_.Finish());
   *is_dead = decoder_.meta().is_dead();
   return absl::OkStatus();

@@ -12,11 +12,14 @@
 #include <grpcpp/support/client_callback.h>
 
 #include "absl/functional/any_invocable.h"
+#include "control/data_plane.h"
 #include "control/tensor_codec.h"
 #include "control/worker_cache.h"
 #include "core/memory.h"
 
 namespace rdv::control {
+
+struct FetchJoin;
 
 // What a step's rendezvous can do to a call in flight.
 class AbortableCall {
@@ -36,8 +39,9 @@ class RecvTensorCall final : public AbortableCall,
   // whoever may Abort it; after it returns nobody calls Abort again.
   using Detach = absl::AnyInvocable<void(AbortableCall*) &&>;
 
-  RecvTensorCall(std::shared_ptr<WorkerClient> worker, RecvTensorRequest request,
-                 MemoryLocation destination, Detach detach, Done done);
+  // `data_plane` (null for protocol grpc) must outlive the call.
+  RecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
+                 RecvTensorRequest request, MemoryLocation destination, Detach detach, Done done);
 
   // Starts the call; the object owns itself from here.
   void Start();
@@ -49,9 +53,13 @@ class RecvTensorCall final : public AbortableCall,
 
  private:
   absl::Status FinalStatus(const grpc::Status& status);
+  void StartFetch();
+  void Finish();
   void Complete(absl::Status status, Tensor tensor, bool is_dead);
 
   const std::shared_ptr<WorkerClient> worker_;
+  DataPlane* const data_plane_;
+  const std::shared_ptr<FetchJoin> join_;
   const RecvTensorRequest request_;
   const MemoryLocation destination_;
   Detach detach_;
@@ -59,15 +67,15 @@ class RecvTensorCall final : public AbortableCall,
   grpc::ClientContext context_;
   grpc::ByteBuffer request_buffer_;
   grpc::ByteBuffer response_;
-  TensorDecoder decoder_;  // only touched by the reactions, which gRPC serializes
+  TensorDecoder decoder_;  // touched by one reaction or completion at a time
   std::mutex mu_;
   absl::Status abort_status_;  // guarded by mu_
 };
 
 class BlockingRecvTensorCall final : public AbortableCall {
  public:
-  BlockingRecvTensorCall(std::shared_ptr<WorkerClient> worker, RecvTensorRequest request,
-                         absl::Duration timeout);
+  BlockingRecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
+                         RecvTensorRequest request, absl::Duration timeout);
 
   // Runs the call to its end on this thread; `tensor` / `is_dead` are set
   // only on success. A deadline hit before any byte arrived is
@@ -78,12 +86,16 @@ class BlockingRecvTensorCall final : public AbortableCall {
 
  private:
   const std::shared_ptr<WorkerClient> worker_;
+  DataPlane* const data_plane_;
   const RecvTensorRequest request_;
   grpc::ClientContext context_;
   TensorDecoder decoder_;
   std::mutex mu_;
   absl::Status abort_status_;  // guarded by mu_
 };
+
+// Lets the producer free the buffer a finished get read from.
+void ReleaseFetched(const WorkerClient& worker, int64_t step_id, const TensorMeta& meta);
 
 // The status a finished call reports: the abort status if it was aborted,
 // UNAVAILABLE naming the worker if the worker could not be reached.

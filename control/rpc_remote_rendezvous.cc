@@ -65,7 +65,7 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
                                                bool is_dead) mutable {
     std::move(done)(status, RendezvousArgs{}, args, tensor, is_dead);
   };
-  auto* call = new RecvTensorCall(*std::move(worker), MakeRequest(key),
+  auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane, MakeRequest(key),
                                   RecvDestination(key, args), std::move(detach),
                                   std::move(finish));
   if (const absl::Status aborted = Track(call); !aborted.ok()) call->Abort(aborted);
@@ -83,7 +83,10 @@ RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key) const {
   request.set_step_id(step_id_);
   request.set_rendezvous_key(std::string(key.FullKey()));
   request.set_request_id(NextRequestId());
-  request.set_protocol(kProtocolGrpc);
+  request.set_protocol(env_->protocol);
+  if (env_->data_plane != nullptr) {
+    request.set_consumer_transport_address(env_->data_plane->local_address());
+  }
   return request;
 }
 
@@ -94,7 +97,7 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
   }
   RDV_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> worker,
                        env_->worker_cache->Get(key.src().WorkerName()));
-  BlockingRecvTensorCall call(std::move(worker), MakeRequest(key), timeout);
+  BlockingRecvTensorCall call(std::move(worker), env_->data_plane, MakeRequest(key), timeout);
   const absl::Status cancelled =
       absl::CancelledError(absl::StrCat("Recv of '", key.FullKey(), "' was cancelled"));
   if (const absl::Status aborted = Track(&call); !aborted.ok()) call.Abort(aborted);

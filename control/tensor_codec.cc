@@ -142,8 +142,15 @@ absl::Status TensorDecoder::StartTensor() {
   RDV_ASSIGN_OR_RETURN(const TensorShape shape,
                        TensorShape::Create(absl::MakeConstSpan(meta_.dims().data(),
                                                                static_cast<size_t>(meta_.dims_size()))));
-  RDV_ASSIGN_OR_RETURN(tensor_, Tensor::Allocate(HostAllocator(), dtype, shape));
-  if (dtype == DType::kString) {
+  RDV_ASSIGN_OR_RETURN(
+      tensor_, Tensor::Allocate(dtype == DType::kString ? HostAllocator() : allocator_, dtype, shape));
+  if (meta_.has_transport()) {
+    if (meta_.payload_bytes() != 0 || meta_.transport().length() != tensor_.TotalBytes() ||
+        dtype == DType::kString) {
+      return Corrupt(absl::StrCat("a transport descriptor of ", meta_.transport().length(),
+                                  " bytes for a ", tensor_.DebugString()));
+    }
+  } else if (dtype == DType::kString) {
     string_payload_.resize(meta_.payload_bytes());
     destination_ = string_payload_.data();
   } else if (meta_.payload_bytes() != tensor_.TotalBytes()) {

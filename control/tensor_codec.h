@@ -44,6 +44,10 @@ grpc::ByteBuffer EncodeChunk(const TensorMeta* meta, const TensorPayload& payloa
 // Rebuilds the tensor from the chunks of one RecvTensor stream, in order.
 class TensorDecoder {
  public:
+  // Numeric tensors are allocated from `allocator` (host memory).
+  explicit TensorDecoder(std::shared_ptr<Allocator> allocator = HostAllocator())
+      : allocator_(std::move(allocator)) {}
+
   // DATA_LOSS / INVALID_ARGUMENT for a chunk that does not fit (bad meta,
   // out-of-order or overflowing data).
   absl::Status Consume(grpc::ByteBuffer* chunk);
@@ -51,6 +55,9 @@ class TensorDecoder {
   bool has_meta() const { return has_meta_; }
   // Meta and every payload byte have arrived.
   bool complete() const { return has_meta_ && received_ == meta_.payload_bytes(); }
+  // The payload moves through a data-plane transport into tensor().
+  bool has_transport() const { return has_meta_ && meta_.has_transport(); }
+  const Tensor& tensor() const { return tensor_; }
   const TensorMeta& meta() const { return meta_; }
 
   // The finished tensor (uninitialized when is_dead); DATA_LOSS when the
@@ -61,6 +68,7 @@ class TensorDecoder {
   absl::Status StartTensor();
   absl::Status DecodeStrings();
 
+  const std::shared_ptr<Allocator> allocator_;
   bool has_meta_ = false;
   TensorMeta meta_;
   Tensor tensor_;

@@ -35,8 +35,10 @@ std::string PatternString(int64_t j, uint32_t seed) {
 
 }  // namespace
 
-absl::StatusOr<Tensor> MakePatternTensor(DType dtype, const TensorShape& shape, uint32_t seed) {
-  RDV_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(HostAllocator(), dtype, shape));
+absl::StatusOr<Tensor> MakePatternTensor(DType dtype, const TensorShape& shape, uint32_t seed,
+                                         std::shared_ptr<Allocator> allocator) {
+  if (dtype == DType::kString) allocator = HostAllocator();
+  RDV_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(std::move(allocator), dtype, shape));
   if (dtype == DType::kString) {
     for (int64_t j = 0; j < tensor.num_elements(); ++j) {
       tensor.flat<std::string>()[j] = PatternString(j, seed);

@@ -8,8 +8,10 @@
 
 namespace rdv::control {
 
-// A host tensor of `dtype` and `shape` filled with the pattern of `seed`.
-absl::StatusOr<Tensor> MakePatternTensor(DType dtype, const TensorShape& shape, uint32_t seed);
+// A host tensor of `dtype` and `shape` filled with the pattern of `seed`,
+// from `allocator` (strings always from the host allocator).
+absl::StatusOr<Tensor> MakePatternTensor(DType dtype, const TensorShape& shape, uint32_t seed,
+                                         std::shared_ptr<Allocator> allocator = HostAllocator());
 
 // OK when `tensor` (in host memory) holds the pattern of `seed`; else
 // DATA_LOSS naming the first byte or element that differs.

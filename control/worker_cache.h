@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "control/cluster.h"
 #include "control/options.h"
+#include "control/release_batcher.h"
 #include "control/worker.grpc.pb.h"
 
 namespace rdv::control {
@@ -31,6 +32,7 @@ struct WorkerClient {
   // parses by hand (a registered method is cheaper per call than a generic
   // one: its path is interned once).
   std::unique_ptr<grpc::internal::RpcMethod> recv_tensor;
+  std::shared_ptr<ReleaseBatcher> releases;
 };
 
 class WorkerCache {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "control/data_plane.h"
 #include "control/options.h"
 #include "control/worker_cache.h"
 #include "core/device_name.h"
@@ -17,6 +18,9 @@ struct WorkerEnv {
   uint64_t incarnation = 0;
   ControlOptions options;
   WorkerCache* worker_cache = nullptr;
+  std::string protocol = "grpc";
+  // The transport's data plane; null for protocol grpc.
+  DataPlane* data_plane = nullptr;
 };
 
 }  // namespace rdv::control

@@ -60,6 +60,7 @@ class WorkerServer::Impl {
     env_.incarnation = NewIncarnation();
     env_.options = options_.control;
     env_.worker_cache = &worker_cache_;
+    env_.protocol = options_.protocol;
   }
 
   absl::Status Start();
@@ -69,12 +70,14 @@ class WorkerServer::Impl {
   // and that the request is new.
   absl::Status AdmitRecvTensor(const RecvTensorRequest& request, const ParsedKey& key);
   absl::Status Produce(const ProduceRequest& request);
+  absl::Status ReleaseTransfers(const ReleaseTransfersRequest& request);
   const std::string& Bytes(uint64_t size);
   void AbortStep(const AbortStepRequest& request);
   void CleanupStep(int64_t step_id);
 
   WorkerServerOptions options_;
   WorkerEnv env_;
+  std::unique_ptr<DataPlane> data_plane_;
   WorkerCache worker_cache_;
   RendezvousMgr rendezvous_mgr_;
   std::string address_;
@@ -89,10 +92,9 @@ class WorkerServer::Impl {
     grpc::ServerWriteReactor<grpc::ByteBuffer>* RecvTensor(
         grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
     grpc::ServerUnaryReactor* ReleaseTransfers(grpc::CallbackServerContext* context,
-                                               const ReleaseTransfersRequest*,
+                                               const ReleaseTransfersRequest* request,
                                                ReleaseTransfersResponse*) override {
-      // Protocol grpc holds nothing once the stream is sent.
-      return Reply(context, absl::OkStatus());
+      return Reply(context, impl_->ReleaseTransfers(*request));
     }
     grpc::ServerUnaryReactor* CleanupStep(grpc::CallbackServerContext* context,
                                           const CleanupStepRequest* request,
@@ -147,6 +149,14 @@ class WorkerServer::Impl {
 // the payload in chunks straight from the tensor's memory.
 class WorkerServer::Impl::RecvTensorReactor final
     : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+  struct TagSend {
+    std::mutex mu;
+    bool write_done = false;
+    bool send_done = false;
+    bool finished = false;
+    absl::Status status;
+  };
+
  public:
   RecvTensorReactor(Impl* impl, const grpc::ByteBuffer* request_buffer) : impl_(impl) {
     grpc::ByteBuffer copy(*request_buffer);
@@ -164,6 +174,7 @@ class WorkerServer::Impl::RecvTensorReactor final
       return;
     }
     chunk_bytes_ = impl_->env_.options.chunk_bytes;
+    request_ = request;
     RendezvousArgs args;
     args.alloc_attrs.on_host = true;  // the bytes leave from host memory
     args.cancellation_manager = &cancel_;
@@ -176,8 +187,16 @@ class WorkerServer::Impl::RecvTensorReactor final
 
   void OnCancel() override { cancel_.StartCancel(); }
   void OnWriteDone(bool ok) override {
+    if (tag_send_ != nullptr) {
+      absl::Status final_status;
+      if (Settle(*tag_send_, /*write_done=*/true, ok ? absl::OkStatus() : WentAway(),
+                 &final_status)) {
+        Finish(ToGrpcStatus(final_status));
+      }
+      return;
+    }
     if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the consumer went away mid-transfer"));
+      Finish(ToGrpcStatus(WentAway()));
       return;
     }
     WriteNext();
@@ -185,7 +204,67 @@ class WorkerServer::Impl::RecvTensorReactor final
   void OnDone() override { delete this; }
 
  private:
+  static absl::Status WentAway() {
+    return absl::CancelledError("the consumer went away mid-transfer");
+  }
+
+  // Whether the payload moves through the data plane instead of the stream.
+  bool UseDataPlane(const Tensor& value, bool is_dead) const {
+    const DataPlane* plane = impl_->data_plane_.get();
+    return plane != nullptr && request_.protocol() == plane->protocol() && !is_dead &&
+           value.IsInitialized() && DTypeIsMemcpyable(value.dtype()) &&
+           value.TotalBytes() > plane->options().inline_bytes;
+  }
+
+  // Answers with a descriptor; the consumer pulls (op get), or this worker
+  // sends and finishes the stream when the send is done (op tag).
+  void OfferThroughDataPlane(const Tensor& value) {
+    meta_ = MakeTensorMeta(value, false, 0, absl::GetCurrentTimeNanos() / 1000);
+    auto tag_send = std::make_shared<TagSend>();
+    absl::StatusOr<TransportDescriptor> descriptor = impl_->data_plane_->Offer(
+        request_.step_id(), request_.request_id(), value, request_.consumer_transport_address(),
+        [this, tag_send](absl::Status status) {
+          // `this` may be gone if the call already ended (consumer gone);
+          // Settle says whether this completion is the one to finish it.
+          absl::Status final_status;
+          if (Settle(*tag_send, /*write_done=*/false, std::move(status), &final_status)) {
+            Finish(ToGrpcStatus(final_status));
+          }
+        });
+    if (!descriptor.ok()) {
+      Finish(ToGrpcStatus(descriptor.status()));
+      return;
+    }
+    *meta_.mutable_transport() = *descriptor;
+    chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
+    if (descriptor->op() != RDV_TRANSPORT_OP_TAG) {
+      StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
+      return;
+    }
+    tag_send_ = tag_send;
+    StartWrite(&chunk_);
+  }
+
+  // Op tag: the stream ends once both the meta write and the send are done
+  // (the consumer posts its receive when the meta arrives), or at once when
+  // the consumer went away. True for the one event that must finish it.
+  static bool Settle(TagSend& state, bool write_done, absl::Status status,
+                     absl::Status* final_status) {
+    std::lock_guard lock(state.mu);
+    (write_done ? state.write_done : state.send_done) = true;
+    state.status.Update(status);
+    const bool consumer_gone = write_done && !status.ok();
+    if (state.finished || !(consumer_gone || (state.write_done && state.send_done))) return false;
+    state.finished = true;
+    *final_status = state.status;
+    return true;
+  }
+
   void OnValue(const absl::Status& status, const Tensor& value, bool is_dead) {
+    if (status.ok() && UseDataPlane(value, is_dead)) {
+      OfferThroughDataPlane(value);
+      return;
+    }
     absl::StatusOr<TensorPayload> payload = status.ok() ? TensorPayload::Of(value) : status;
     if (!payload.ok()) {
       Finish(ToGrpcStatus(payload.status()));
@@ -210,6 +289,8 @@ class WorkerServer::Impl::RecvTensorReactor final
 
   Impl* const impl_;
   CancellationManager cancel_;
+  RecvTensorRequest request_;
+  std::shared_ptr<TagSend> tag_send_;
   size_t chunk_bytes_ = 0;
   TensorPayload payload_;
   TensorMeta meta_;
@@ -239,10 +320,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServer::Impl::WorkerServiceImp
 
 absl::Status WorkerServer::Impl::AdmitRecvTensor(const RecvTensorRequest& request,
                                                  const ParsedKey& key) {
-  if (request.protocol() != kProtocolGrpc) {
-    return absl::InvalidArgumentError(absl::StrCat("RecvTensor with protocol '",
-                                                   request.protocol(), "': this worker serves ",
-                                                   kProtocolGrpc));
+  if (request.protocol() != kProtocolGrpc && request.protocol() != env_.protocol) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "RecvTensor with protocol '", request.protocol(), "': worker ", env_.worker_name,
+        " serves ", env_.protocol, " (start every worker with the same --protocol)"));
   }
   if (!InSameAddressSpace(key.src(), env_.worker)) {
     return absl::InvalidArgumentError(absl::StrCat("RecvTensor of '", key.FullKey(),
@@ -277,7 +358,11 @@ absl::Status WorkerServer::Impl::Produce(const ProduceRequest& request) {
       std::lock_guard lock(mu_);
       Tensor& cached = pattern_tensors_[{item.dtype(), dims, item.seed()}];
       if (!cached.IsInitialized()) {
-        RDV_ASSIGN_OR_RETURN(cached, MakePatternTensor(dtype, shape, item.seed()));
+        // From the data plane's memory, as a producer that allocates its
+        // outputs from rdv's allocator would.
+        RDV_ASSIGN_OR_RETURN(cached, MakePatternTensor(dtype, shape, item.seed(),
+                                                       data_plane_ ? data_plane_->allocator()
+                                                                   : HostAllocator()));
       }
       tensor = cached;
     }
@@ -324,13 +409,32 @@ void WorkerServer::Impl::AbortStep(const AbortStepRequest& request) {
   }
 }
 
+absl::Status WorkerServer::Impl::ReleaseTransfers(const ReleaseTransfersRequest& request) {
+  if (data_plane_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ReleaseTransfers: worker ", env_.worker_name, " serves protocol grpc, "
+                                                                    "which holds no transfers"));
+  }
+  absl::Status status;
+  for (const ReleasedTransfer& transfer : request.transfers()) {
+    status.Update(data_plane_->Release(transfer));
+  }
+  return status;
+}
+
 void WorkerServer::Impl::CleanupStep(int64_t step_id) {
   rendezvous_mgr_.Cleanup(step_id);
+  if (data_plane_ != nullptr) data_plane_->DropStep(step_id);
   std::lock_guard lock(mu_);
   seen_requests_.erase(step_id);
 }
 
 absl::Status WorkerServer::Impl::Start() {
+  if (options_.protocol != kProtocolGrpc) {
+    RDV_ASSIGN_OR_RETURN(DataPlaneOptions plane_options, DataPlaneOptions::FromEnvironment());
+    RDV_ASSIGN_OR_RETURN(data_plane_, DataPlane::Create(options_.protocol, plane_options));
+    env_.data_plane = data_plane_.get();
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port);
@@ -383,5 +487,6 @@ RendezvousMgr& WorkerServer::rendezvous_mgr() { return impl_->rendezvous_mgr_; }
 WorkerCache& WorkerServer::worker_cache() { return impl_->worker_cache_; }
 const WorkerEnv& WorkerServer::env() const { return impl_->env_; }
 void WorkerServer::Shutdown() { impl_->Shutdown(); }
+DataPlane* WorkerServer::data_plane() { return impl_->data_plane_.get(); }
 
 }  // namespace rdv::control

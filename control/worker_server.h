@@ -23,6 +23,10 @@ struct WorkerServerOptions {
   std::string listen_address = "127.0.0.1:0";
   ClusterSpec cluster;
   ControlOptions control;
+  // "grpc", or "grpc+<transport>" to move payloads through
+  // librdv_transport_<transport>.so. A worker serves its own protocol and
+  // grpc; asking for one it cannot load fails Start.
+  std::string protocol = "grpc";
   // Serve DriverService: lets tests and benchmarks make this worker Send.
   bool enable_driver = false;
 };
@@ -43,6 +47,8 @@ class WorkerServer {
   RendezvousMgr& rendezvous_mgr();
   WorkerCache& worker_cache();
   const WorkerEnv& env() const;
+  // Null for protocol grpc.
+  DataPlane* data_plane();
 
   // Stops serving: calls in flight are cancelled; steps are cleaned up.
   void Shutdown();

@@ -82,6 +82,7 @@ enum {
 enum {
   RDV_TRANSPORT_OP_GET = 1u << 0, /* the consumer reads the producer's buffer */
   RDV_TRANSPORT_OP_PUT = 1u << 1, /* the producer writes the consumer's buffer */
+  RDV_TRANSPORT_OP_TAG = 1u << 2, /* the producer sends, the consumer receives by tag */
 };
 
 enum {
@@ -102,7 +103,7 @@ typedef struct rdv_transport_attributes {
   char description[256];    /* e.g. the transports UCX chose */
 } rdv_transport_attributes_t;
 
-typedef struct rdv_transport_v1 {
+typedef struct rdv_transport_v1_ops {
   uint32_t abi_version; /* RDV_TRANSPORT_ABI_VERSION */
   uint32_t struct_size; /* sizeof(rdv_transport_v1_t) as the plugin saw it */
   const char* name;
@@ -155,6 +156,17 @@ typedef struct rdv_transport_v1 {
                   rdv_transport_memory_t local_memory, uint64_t remote_address,
                   const void* remote_key, size_t remote_key_length, size_t length,
                   rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error);
+
+  /* Tagged messages, where one-sided operations are emulated (UCX over
+   * tcp): post_send sends `length` bytes to the peer under `tag`; the
+   * peer's post_recv with the same tag receives them. Either may come
+   * first. `local_memory` may be null (unregistered memory). */
+  int (*post_send)(rdv_transport_endpoint_t endpoint, const void* local,
+                   rdv_transport_memory_t local_memory, size_t length, uint64_t tag,
+                   rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error);
+  int (*post_recv)(rdv_transport_context_t context, void* local,
+                   rdv_transport_memory_t local_memory, size_t length, uint64_t tag,
+                   rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error);
 } rdv_transport_v1_t;
 
 typedef const rdv_transport_v1_t* (*rdv_transport_entry_v1_fn)(void);

@@ -28,11 +28,25 @@ constexpr char kProducerCpu[] = "/job:worker/replica:0/task:0/device:CPU:0";
 constexpr char kConsumerCpu[] = "/job:worker/replica:0/task:1/device:CPU:0";
 constexpr absl::Duration kPeerTimeout = absl::Seconds(2);
 
-class RemoteConformanceTest : public ::testing::TestWithParam<const char*> {
+// A protocol and the environment both workers run it under.
+struct ProtocolSetting {
+  const char* name;      // test name suffix
+  const char* protocol;  // --protocol
+  const char* ucx_tls;   // UCX_TLS, or null
+};
+
+class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
  protected:
   void SetUp() override {
+    // The consumer (this process) and the producer (its child) both read it.
+    if (GetParam().ucx_tls != nullptr) {
+      setenv("UCX_TLS", GetParam().ucx_tls, 1);
+    } else {
+      unsetenv("UCX_TLS");
+    }
     WorkerServerOptions options;
     options.task = 1;
+    options.protocol = GetParam().protocol;
     options.cluster = *ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1");
     options.control.peer_timeout = kPeerTimeout;
     auto consumer = WorkerServer::Start(options);
@@ -52,6 +66,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<const char*> {
   void StartProducer() {
     auto producer = WorkerProcess::Start(
         {"--task=0", "--listen=127.0.0.1:0", "--enable_driver",
+         absl::StrCat("--protocol=", GetParam().protocol),
          absl::StrCat("--cluster=worker=127.0.0.1:1,", consumer_->address())},
         kWaitLimit);
     ASSERT_TRUE(producer.ok()) << producer.status();
@@ -368,7 +383,7 @@ TEST_P(RemoteConformanceTest, RepeatedRequestIdIsRefused) {
   request.set_step_id(32);
   request.set_rendezvous_key(std::string(key.FullKey()));
   request.set_request_id(424242);
-  request.set_protocol(GetParam());
+  request.set_protocol("grpc");
   std::vector<grpc::Status> statuses;
   for (int attempt = 0; attempt < 2; ++attempt) {
     grpc::ClientContext context;
@@ -383,8 +398,14 @@ TEST_P(RemoteConformanceTest, RepeatedRequestIdIsRefused) {
   EXPECT_EQ(statuses[1].error_code(), grpc::StatusCode::ALREADY_EXISTS);
 }
 
-INSTANTIATE_TEST_SUITE_P(Protocols, RemoteConformanceTest, ::testing::Values("grpc"),
-                         [](const ::testing::TestParamInfo<const char*>&) { return "grpc"; });
+INSTANTIATE_TEST_SUITE_P(
+    Protocols, RemoteConformanceTest,
+    ::testing::Values(ProtocolSetting{"grpc", "grpc", nullptr},
+                      ProtocolSetting{"grpc_ucx_tcp", "grpc+ucx", "tcp"},
+                      ProtocolSetting{"grpc_ucx_shm", "grpc+ucx", "posix,cma,self"}),
+    [](const ::testing::TestParamInfo<ProtocolSetting>& param_info) {
+      return std::string(param_info.param.name);
+    });
 
 }  // namespace
 }  // namespace rdv::control

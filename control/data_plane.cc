@@ -1,0 +1,179 @@
+#include "control/data_plane.h"
+
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "core/logging.h"
+
+namespace rdv::control {
+namespace {
+
+absl::Status ReadBytes(const char* name, size_t* value) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return absl::OkStatus();
+  uint64_t parsed = 0;
+  if (!absl::SimpleAtoi(text, &parsed)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", text, "': expected a byte count"));
+  }
+  *value = parsed;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DataPlaneOptions> DataPlaneOptions::FromEnvironment() {
+  DataPlaneOptions options;
+  RDV_RETURN_IF_ERROR(ReadBytes("RDV_INLINE_BYTES", &options.inline_bytes));
+  RDV_RETURN_IF_ERROR(ReadBytes("RDV_POOL_CACHE_BYTES", &options.pool_cache_bytes));
+  RDV_RETURN_IF_ERROR(ReadBytes("RDV_REGISTRATION_CACHE_BYTES", &options.registration_cache_bytes));
+  RDV_LOG(Debug) << "RDV_INLINE_BYTES=" << options.inline_bytes
+                 << " RDV_POOL_CACHE_BYTES=" << options.pool_cache_bytes
+                 << " RDV_REGISTRATION_CACHE_BYTES=" << options.registration_cache_bytes;
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Create(absl::string_view protocol,
+                                                             DataPlaneOptions options) {
+  absl::string_view name = protocol;
+  if (!absl::ConsumePrefix(&name, "grpc+") || name.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("protocol '", protocol, "': expected grpc or grpc+<transport>"));
+  }
+  RDV_ASSIGN_OR_RETURN(std::shared_ptr<plugin::Transport> transport,
+                       plugin::Transport::Load(name));
+  std::unique_ptr<DataPlane> plane(
+      new DataPlane(std::string(protocol), options, std::move(transport)));
+  RDV_ASSIGN_OR_RETURN(plane->local_address_, plane->transport_->LocalAddress());
+  return plane;
+}
+
+DataPlane::DataPlane(std::string protocol, DataPlaneOptions options,
+                     std::shared_ptr<plugin::Transport> transport)
+    : protocol_(std::move(protocol)),
+      options_(options),
+      transport_(std::move(transport)),
+      allocator_(std::make_shared<plugin::TransportAllocator>(transport_, options.pool_cache_bytes)),
+      registrations_(transport_, allocator_, options.registration_cache_bytes) {}
+
+DataPlane::~DataPlane() {
+  std::lock_guard lock(mu_);
+  pending_.clear();
+  endpoints_.clear();
+}
+
+absl::StatusOr<std::shared_ptr<plugin::TransportEndpoint>> DataPlane::EndpointTo(
+    absl::string_view address) {
+  std::lock_guard lock(mu_);
+  auto& endpoint = endpoints_[address];
+  if (endpoint == nullptr) {
+    absl::StatusOr<std::unique_ptr<plugin::TransportEndpoint>> made = transport_->Connect(address);
+    if (!made.ok()) {
+      endpoints_.erase(std::string(address));
+      return made.status();
+    }
+    endpoint = *std::move(made);
+  }
+  return endpoint;
+}
+
+void DataPlane::ForgetEndpoint(const std::string& address) {
+  std::lock_guard lock(mu_);
+  endpoints_.erase(address);
+}
+
+absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t request_id,
+                                                     const Tensor& tensor,
+                                                     absl::string_view consumer_address,
+                                                     plugin::TransportDone sent) {
+  TransportDescriptor descriptor;
+  descriptor.set_op(transport_->preferred_op());
+  descriptor.set_length(tensor.TotalBytes());
+  descriptor.set_producer_transport_address(local_address_);
+  if (descriptor.op() == RDV_TRANSPORT_OP_TAG) {
+    if (consumer_address.empty()) {
+      return absl::InvalidArgumentError("RecvTensor without the consumer's transport address");
+    }
+    RDV_ASSIGN_OR_RETURN(std::shared_ptr<plugin::TransportEndpoint> endpoint,
+                         EndpointTo(consumer_address));
+    descriptor.set_transfer_id(static_cast<uint64_t>(request_id));
+    transport_->Send(*endpoint, tensor.data(), tensor.TotalBytes(), descriptor.transfer_id(),
+                     [this, endpoint, tensor, address = std::string(consumer_address),
+                      sent = std::move(sent)](absl::Status status) mutable {
+                       if (absl::IsUnavailable(status)) ForgetEndpoint(address);
+                       std::move(sent)(std::move(status));
+                     });
+    return descriptor;
+  }
+  RDV_ASSIGN_OR_RETURN(plugin::Registration registration, registrations_.Lookup(tensor.buffer()));
+  descriptor.set_address(reinterpret_cast<uint64_t>(tensor.data()));
+  descriptor.set_remote_key(registration.memory->remote_key());
+  {
+    std::lock_guard lock(mu_);
+    descriptor.set_transfer_id(next_transfer_id_++);
+    pending_.emplace(descriptor.transfer_id(), Pending{step_id, tensor, std::move(registration)});
+  }
+  std::move(sent)(absl::OkStatus());
+  return descriptor;
+}
+
+absl::Status DataPlane::Release(const ReleasedTransfer& transfer) {
+  std::lock_guard lock(mu_);
+  auto it = pending_.find(transfer.transfer_id());
+  if (it == pending_.end() || it->second.step_id != transfer.step_id() ||
+      it->second.tensor.TotalBytes() != transfer.length()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReleaseTransfers: this worker holds no transfer ", transfer.transfer_id(), " of step ",
+        transfer.step_id(), " with length ", transfer.length()));
+  }
+  pending_.erase(it);
+  return absl::OkStatus();
+}
+
+void DataPlane::DropStep(int64_t step_id) {
+  std::lock_guard lock(mu_);
+  absl::erase_if(pending_, [step_id](const auto& entry) { return entry.second.step_id == step_id; });
+}
+
+size_t DataPlane::PendingTransfers() const {
+  std::lock_guard lock(mu_);
+  return pending_.size();
+}
+
+void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
+                      plugin::TransportDone done) {
+  if (destination.TotalBytes() != descriptor.length()) {
+    std::move(done)(absl::DataLossError(absl::StrCat("the producer describes ",
+                                                     descriptor.length(), " bytes for a tensor of ",
+                                                     destination.TotalBytes())));
+    return;
+  }
+  const std::string& address = descriptor.producer_transport_address();
+  // The destination stays alive until the transport is done with it.
+  auto on_done = [this, address, destination, done = std::move(done)](absl::Status status) mutable {
+    if (absl::IsUnavailable(status)) ForgetEndpoint(address);
+    std::move(done)(std::move(status));
+  };
+  if (descriptor.op() == RDV_TRANSPORT_OP_TAG) {
+    transport_->Recv(destination.data(), destination.TotalBytes(), descriptor.transfer_id(),
+                     std::move(on_done));
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<plugin::TransportEndpoint>> endpoint = EndpointTo(address);
+  const plugin::TransportMemory* memory =
+      allocator_->Find(destination.data(), destination.TotalBytes());
+  if (!endpoint.ok() || memory == nullptr) {
+    std::move(on_done)(!endpoint.ok() ? endpoint.status()
+                                      : absl::InternalError("the destination is not transport memory"));
+    return;
+  }
+  transport_->Get(**endpoint, destination.data(), *memory, descriptor.address(),
+                  descriptor.remote_key(), descriptor.length(),
+                  [endpoint = *endpoint, on_done = std::move(on_done)](absl::Status status) mutable {
+                    std::move(on_done)(std::move(status));
+                  });
+}
+
+}  // namespace rdv::control

@@ -1,0 +1,95 @@
+// A worker's data plane for protocols grpc+<transport>: the loaded
+// transport plugin, the host memory tensors are carved from, the
+// registration cache, endpoints to peers, and the producer's table of
+// transfers waiting for their consumer. Thread-safe.
+//
+// Producer: Offer() keeps a tensor (and its registration) alive under a
+// transfer id and describes it; op tag also posts the send. Release() (from
+// the consumer's batched ReleaseTransfers) or the step's cleanup lets go.
+// Consumer: Fetch() moves the described bytes into a destination tensor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "control/worker.pb.h"
+#include "core/tensor.h"
+#include "plugin/registration_cache.h"
+#include "plugin/transport.h"
+#include "plugin/transport_allocator.h"
+
+namespace rdv::control {
+
+struct DataPlaneOptions {
+  // Tensors up to this many bytes ride in the RecvTensor answer.
+  // RDV_INLINE_BYTES.
+  size_t inline_bytes = 4096;
+  // Free transport memory kept for reuse. RDV_POOL_CACHE_BYTES.
+  size_t pool_cache_bytes = size_t{1} << 30;
+  // Registrations of foreign buffers kept. RDV_REGISTRATION_CACHE_BYTES.
+  size_t registration_cache_bytes = size_t{4} << 30;
+
+  static absl::StatusOr<DataPlaneOptions> FromEnvironment();
+};
+
+class DataPlane {
+ public:
+  // `protocol` is "grpc+<transport>"; loads librdv_transport_<transport>.so.
+  static absl::StatusOr<std::unique_ptr<DataPlane>> Create(absl::string_view protocol,
+                                                           DataPlaneOptions options);
+  ~DataPlane();
+
+  const std::string& protocol() const { return protocol_; }
+  const DataPlaneOptions& options() const { return options_; }
+  const plugin::Transport& transport() const { return *transport_; }
+  const std::shared_ptr<plugin::TransportAllocator>& allocator() const { return allocator_; }
+  const plugin::RegistrationCache& registrations() const { return registrations_; }
+  const std::string& local_address() const { return local_address_; }
+
+  // Producer side. `sent` runs once the producer's part is over: at once
+  // for op get (the tensor then waits for Release), when the send ends for
+  // op tag (sent under the consumer's `request_id`, unique on its side).
+  absl::StatusOr<TransportDescriptor> Offer(int64_t step_id, int64_t request_id,
+                                            const Tensor& tensor,
+                                            absl::string_view consumer_address,
+                                            plugin::TransportDone sent);
+  // INVALID_ARGUMENT for a transfer this worker does not hold (unknown id,
+  // another step, or a length that differs from what it described).
+  absl::Status Release(const ReleasedTransfer& transfer);
+  void DropStep(int64_t step_id);
+  size_t PendingTransfers() const;
+
+  // Consumer side: fills `destination` (host memory of TotalBytes() ==
+  // descriptor.length) and calls `done` on the transport's thread.
+  void Fetch(const TransportDescriptor& descriptor, Tensor destination,
+             plugin::TransportDone done);
+
+ private:
+  struct Pending {
+    int64_t step_id;
+    Tensor tensor;
+    plugin::Registration registration;
+  };
+
+  DataPlane(std::string protocol, DataPlaneOptions options,
+            std::shared_ptr<plugin::Transport> transport);
+  absl::StatusOr<std::shared_ptr<plugin::TransportEndpoint>> EndpointTo(absl::string_view address);
+  void ForgetEndpoint(const std::string& address);
+
+  const std::string protocol_;
+  const DataPlaneOptions options_;
+  const std::shared_ptr<plugin::Transport> transport_;
+  const std::shared_ptr<plugin::TransportAllocator> allocator_;
+  plugin::RegistrationCache registrations_;
+  std::string local_address_;
+
+  mutable std::mutex mu_;
+  uint64_t next_transfer_id_ = 1;                                        // mu_
+  absl::flat_hash_map<uint64_t, Pending> pending_;                       // mu_
+  absl::flat_hash_map<std::string, std::shared_ptr<plugin::TransportEndpoint>> endpoints_;  // mu_
+};
+
+}  // namespace rdv::control

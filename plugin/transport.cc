@@ -1,0 +1,219 @@
+#include "plugin/transport.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/logging.h"
+
+namespace rdv::plugin {
+namespace {
+
+void LogFromPlugin(void* user, int level, const char* message) {
+  const auto* transport = static_cast<const std::string*>(user);
+  const LogLevel rdv_level = static_cast<LogLevel>(std::min(std::max(level, 0), 4));
+  if (LogEnabled(rdv_level)) {
+    LogMessage(rdv_level, "plugin", 0).stream() << *transport << ": " << message;
+  }
+}
+
+void Trampoline(void* user, int code, const char* message) {
+  auto* done = static_cast<TransportDone*>(user);
+  std::move (*done)(TransportStatus(code, message, "transfer"));
+  delete done;
+}
+
+bool IsFile(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+}  // namespace
+
+absl::Status TransportStatus(int code, const char* message, absl::string_view what) {
+  if (code == RDV_TRANSPORT_OK) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(code),
+                      absl::StrCat(what, ": ", message != nullptr ? message : "(no message)"));
+}
+
+std::vector<std::string> Transport::SearchPath() {
+  std::vector<std::string> directories;
+  if (const char* env = std::getenv("RDV_PLUGIN_PATH")) {
+    for (absl::string_view dir : absl::StrSplit(env, ':', absl::SkipEmpty())) {
+      directories.emplace_back(dir);
+    }
+  }
+  directories.emplace_back(RDV_INSTALL_PLUGIN_DIR);
+  directories.emplace_back(RDV_BUILD_PLUGIN_DIR);
+  return directories;
+}
+
+absl::StatusOr<std::shared_ptr<Transport>> Transport::Load(absl::string_view name) {
+  const std::string file = absl::StrCat("librdv_transport_", name, ".so");
+  const std::vector<std::string> directories = SearchPath();
+  std::string path;
+  for (const std::string& dir : directories) {
+    if (IsFile(dir + "/" + file)) {
+      path = dir + "/" + file;
+      break;
+    }
+  }
+  if (path.empty()) {
+    return absl::NotFoundError(absl::StrCat("transport '", name, "': ", file, " not found in ",
+                                            absl::StrJoin(directories, ":"),
+                                            " (set RDV_PLUGIN_PATH, or build with RDV_WITH_",
+                                            absl::AsciiStrToUpper(name), "=ON)"));
+  }
+  auto transport = std::shared_ptr<Transport>(new Transport());
+  transport->name_ = std::string(name);
+  transport->path_ = path;
+  transport->library_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (transport->library_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot load ", path, ": ", dlerror()));
+  }
+  void* entry = dlsym(transport->library_, RDV_TRANSPORT_ENTRY_V1);
+  if (entry == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " has no symbol ", RDV_TRANSPORT_ENTRY_V1, " (rdv speaks transport ABI ",
+                     RDV_TRANSPORT_ABI_VERSION, ")"));
+  }
+  transport->api_ = reinterpret_cast<rdv_transport_entry_v1_fn>(entry)();
+  if (transport->api_ == nullptr || transport->api_->abi_version != RDV_TRANSPORT_ABI_VERSION ||
+      transport->api_->struct_size < sizeof(rdv_transport_v1_t)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": ", RDV_TRANSPORT_ENTRY_V1, " reports ABI version ",
+        transport->api_ ? transport->api_->abi_version : 0, " (", 
+        transport->api_ ? transport->api_->struct_size : 0, " bytes); rdv needs version ",
+        RDV_TRANSPORT_ABI_VERSION, " (", sizeof(rdv_transport_v1_t), " bytes)"));
+  }
+  rdv_transport_init_params_t params{};
+  params.field_mask = RDV_TRANSPORT_INIT_FIELD_LOG | RDV_TRANSPORT_INIT_FIELD_LOG_LEVEL;
+  params.log = LogFromPlugin;
+  params.log_user = &transport->name_;
+  params.log_level = static_cast<int>(CurrentLogLevel());
+  rdv_transport_error_t error{};
+  if (int code = transport->api_->init(&params, &transport->context_, &error); code != 0) {
+    transport->context_ = nullptr;
+    return TransportStatus(code, error.message, absl::StrCat("initializing ", path));
+  }
+  rdv_transport_attributes_t attributes{};
+  attributes.field_mask = RDV_TRANSPORT_ATTR_FIELD_OPS | RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION;
+  if (int code = transport->api_->query(transport->context_, &attributes, &error); code != 0) {
+    return TransportStatus(code, error.message, absl::StrCat("querying ", path));
+  }
+  transport->preferred_op_ = attributes.preferred_op;
+  transport->description_ = attributes.description;
+  RDV_LOG(Info) << "transport " << name << " from " << path << ": " << transport->description_;
+  return transport;
+}
+
+Transport::~Transport() {
+  if (context_ != nullptr) api_->finalize(context_);
+  // The library stays mapped: its code may still be on a stack unwinding
+  // from the progress thread's last callback.
+}
+
+absl::StatusOr<std::string> Transport::LocalAddress() const {
+  std::string address(4096, '\0');
+  size_t length = address.size();
+  rdv_transport_error_t error{};
+  int code = api_->local_address(context_, address.data(), &length, &error);
+  if (code == RDV_TRANSPORT_RESOURCE_EXHAUSTED) {
+    address.resize(length);
+    code = api_->local_address(context_, address.data(), &length, &error);
+  }
+  RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " local address")));
+  address.resize(length);
+  return address;
+}
+
+absl::StatusOr<std::unique_ptr<TransportEndpoint>> Transport::Connect(
+    absl::string_view peer_address) const {
+  rdv_transport_endpoint_t handle = nullptr;
+  rdv_transport_error_t error{};
+  const int code = api_->connect(context_, peer_address.data(), peer_address.size(), &handle, &error);
+  RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " connect")));
+  return std::unique_ptr<TransportEndpoint>(new TransportEndpoint(shared_from_this(), handle));
+}
+
+absl::Status Transport::Pack(TransportMemory* memory) const {
+  std::string key(1024, '\0');
+  size_t length = key.size();
+  rdv_transport_error_t error{};
+  int code = api_->mem_pack(memory->handle_, key.data(), &length, &error);
+  if (code == RDV_TRANSPORT_RESOURCE_EXHAUSTED) {
+    key.resize(length);
+    code = api_->mem_pack(memory->handle_, key.data(), &length, &error);
+  }
+  RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " remote key")));
+  key.resize(length);
+  memory->remote_key_ = std::move(key);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<TransportMemory>> Transport::Allocate(size_t length) const {
+  rdv_transport_memory_t handle = nullptr;
+  void* address = nullptr;
+  rdv_transport_error_t error{};
+  const int code = api_->mem_alloc(context_, length, &handle, &address, &error);
+  RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " allocate")));
+  std::unique_ptr<TransportMemory> memory(
+      new TransportMemory(shared_from_this(), handle, address, length));
+  RDV_RETURN_IF_ERROR(Pack(memory.get()));
+  return memory;
+}
+
+absl::StatusOr<std::unique_ptr<TransportMemory>> Transport::Register(void* address,
+                                                                     size_t length) const {
+  rdv_transport_memory_t handle = nullptr;
+  rdv_transport_error_t error{};
+  const int code = api_->mem_register(context_, address, length, RDV_TRANSPORT_MEMORY_HOST, 0,
+                                      &handle, &error);
+  RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " register")));
+  std::unique_ptr<TransportMemory> memory(
+      new TransportMemory(shared_from_this(), handle, address, length));
+  RDV_RETURN_IF_ERROR(Pack(memory.get()));
+  return memory;
+}
+
+template <typename PostFn>
+void Transport::Post(absl::string_view what, TransportDone done, PostFn post) const {
+  auto* user = new TransportDone(std::move(done));
+  rdv_transport_error_t error{};
+  const int code = post(user, &error);
+  if (code == RDV_TRANSPORT_OK) return;
+  TransportDone refused = std::move(*user);
+  delete user;
+  std::move(refused)(TransportStatus(code, error.message, absl::StrCat(name_, " ", what)));
+}
+
+void Transport::Get(const TransportEndpoint& endpoint, void* local, const TransportMemory& memory,
+                    uint64_t remote_address, absl::string_view remote_key, size_t length,
+                    TransportDone done) const {
+  Post("get", std::move(done), [&](TransportDone* user, rdv_transport_error_t* error) {
+    return api_->post_get(endpoint.handle(), local, memory.handle(), remote_address,
+                          remote_key.data(), remote_key.size(), length, Trampoline, user, error);
+  });
+}
+
+void Transport::Send(const TransportEndpoint& endpoint, const void* local, size_t length,
+                     uint64_t tag, TransportDone done) const {
+  Post("send", std::move(done), [&](TransportDone* user, rdv_transport_error_t* error) {
+    return api_->post_send(endpoint.handle(), local, nullptr, length, tag, Trampoline, user, error);
+  });
+}
+
+void Transport::Recv(void* local, size_t length, uint64_t tag, TransportDone done) const {
+  Post("recv", std::move(done), [&](TransportDone* user, rdv_transport_error_t* error) {
+    return api_->post_recv(context_, local, nullptr, length, tag, Trampoline, user, error);
+  });
+}
+
+TransportMemory::~TransportMemory() { transport_->api_->mem_release(handle_); }
+TransportEndpoint::~TransportEndpoint() { transport_->api_->disconnect(handle_); }
+
+}  // namespace rdv::plugin

@@ -1,0 +1,125 @@
+// A loaded transport plugin (plugin/rdv_transport.h) behind a C++ face:
+// Status instead of codes, callables instead of C callbacks. Thread-safe.
+//
+// Loading: librdv_transport_<name>.so is looked for in each directory of
+// RDV_PLUGIN_PATH (':'-separated), then in rdv's install directory, then
+// in the build tree's plugin directory. It is opened with
+// RTLD_NOW | RTLD_LOCAL; a missing file, missing entry symbol or another
+// ABI version is an error naming the file, the symbol and the versions.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/strings/string_view.h"
+#include "core/status.h"
+#include "plugin/rdv_transport.h"
+
+namespace rdv::plugin {
+
+class Transport;
+
+// Memory the transport can move: allocated by it or registered with it.
+// Released (unregistered or freed) when destroyed.
+class TransportMemory {
+ public:
+  ~TransportMemory();
+  TransportMemory(const TransportMemory&) = delete;
+  TransportMemory& operator=(const TransportMemory&) = delete;
+
+  void* address() const { return address_; }
+  size_t length() const { return length_; }
+  rdv_transport_memory_t handle() const { return handle_; }
+  // The remote key a peer needs to reach this memory (packed once).
+  const std::string& remote_key() const { return remote_key_; }
+
+ private:
+  friend class Transport;
+  TransportMemory(std::shared_ptr<const Transport> transport, rdv_transport_memory_t handle,
+                  void* address, size_t length)
+      : transport_(std::move(transport)), handle_(handle), address_(address), length_(length) {}
+
+  std::shared_ptr<const Transport> transport_;
+  rdv_transport_memory_t handle_;
+  void* address_;
+  size_t length_;
+  std::string remote_key_;
+};
+
+// A connection to one peer. Disconnected when destroyed.
+class TransportEndpoint {
+ public:
+  ~TransportEndpoint();
+  TransportEndpoint(const TransportEndpoint&) = delete;
+  TransportEndpoint& operator=(const TransportEndpoint&) = delete;
+  rdv_transport_endpoint_t handle() const { return handle_; }
+
+ private:
+  friend class Transport;
+  TransportEndpoint(std::shared_ptr<const Transport> transport, rdv_transport_endpoint_t handle)
+      : transport_(std::move(transport)), handle_(handle) {}
+  std::shared_ptr<const Transport> transport_;
+  rdv_transport_endpoint_t handle_;
+};
+
+// Runs once on the plugin's progress thread; must not block.
+using TransportDone = absl::AnyInvocable<void(absl::Status) &&>;
+
+class Transport : public std::enable_shared_from_this<Transport> {
+ public:
+  // Loads and initializes librdv_transport_<name>.so.
+  static absl::StatusOr<std::shared_ptr<Transport>> Load(absl::string_view name);
+  // Where Load looks, in order.
+  static std::vector<std::string> SearchPath();
+
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& path() const { return path_; }
+  const std::string& description() const { return description_; }
+  uint32_t preferred_op() const { return preferred_op_; }
+
+  absl::StatusOr<std::string> LocalAddress() const;
+  absl::StatusOr<std::unique_ptr<TransportEndpoint>> Connect(absl::string_view peer_address) const;
+  absl::StatusOr<std::unique_ptr<TransportMemory>> Allocate(size_t length) const;
+  absl::StatusOr<std::unique_ptr<TransportMemory>> Register(void* address, size_t length) const;
+
+  // One-sided and tagged transfers. `done` runs exactly once: on the
+  // progress thread when the transfer ends, or on this thread at once when
+  // it could not be posted.
+  void Get(const TransportEndpoint& endpoint, void* local, const TransportMemory& memory,
+           uint64_t remote_address, absl::string_view remote_key, size_t length,
+           TransportDone done) const;
+  void Send(const TransportEndpoint& endpoint, const void* local, size_t length, uint64_t tag,
+            TransportDone done) const;
+  void Recv(void* local, size_t length, uint64_t tag, TransportDone done) const;
+
+ private:
+  friend class TransportMemory;
+  friend class TransportEndpoint;
+  Transport() = default;
+  absl::Status Pack(TransportMemory* memory) const;
+  // Hands `done` to a post function; runs it with the error if the plugin
+  // refused the operation.
+  template <typename PostFn>
+  void Post(absl::string_view what, TransportDone done, PostFn post) const;
+
+  std::string name_;
+  std::string path_;
+  void* library_ = nullptr;
+  const rdv_transport_v1_t* api_ = nullptr;
+  rdv_transport_context_t context_ = nullptr;
+  std::string description_;
+  uint32_t preferred_op_ = RDV_TRANSPORT_OP_GET;
+};
+
+// The plugin's error as a Status: `code` and its message, prefixed by what
+// rdv was doing.
+absl::Status TransportStatus(int code, const char* message, absl::string_view what);
+
+}  // namespace rdv::plugin

@@ -1,0 +1,90 @@
+#include "plugin/transport_allocator.h"
+
+#include <bit>
+
+#include "absl/strings/str_cat.h"
+
+namespace rdv::plugin {
+
+TransportAllocator::TransportAllocator(std::shared_ptr<const Transport> transport,
+                                       size_t cache_bytes)
+    : transport_(std::move(transport)),
+      cache_bytes_(cache_bytes),
+      name_(absl::StrCat(transport_->name(), "-host")) {}
+
+TransportAllocator::~TransportAllocator() = default;
+
+size_t TransportAllocator::RoundUp(size_t bytes) {
+  // Powers of two up to 1 MiB; above, whole MiBs, so that a large tensor
+  // wastes at most 1 MiB (and the cache still matches recurring sizes).
+  constexpr size_t kMiB = size_t{1} << 20;
+  if (bytes <= 4096) return 4096;
+  if (bytes <= kMiB) return std::bit_ceil(bytes);
+  return (bytes + kMiB - 1) / kMiB * kMiB;
+}
+
+absl::StatusOr<void*> TransportAllocator::Allocate(size_t bytes) {
+  const size_t size = RoundUp(bytes);
+  std::unique_ptr<TransportMemory> memory;
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.allocations;
+    auto it = free_.find(size);
+    if (it != free_.end() && !it->second.empty()) {
+      memory = std::move(it->second.back());
+      it->second.pop_back();
+      stats_.bytes_cached -= size;
+      ++stats_.reused;
+    }
+  }
+  if (memory == nullptr) {
+    RDV_ASSIGN_OR_RETURN(memory, transport_->Allocate(size));
+    std::lock_guard lock(mu_);
+    ++stats_.registrations;
+    stats_.bytes_registered += size;
+  }
+  void* address = memory->address();
+  std::lock_guard lock(mu_);
+  live_.emplace(reinterpret_cast<uintptr_t>(address), std::move(memory));
+  return address;
+}
+
+void TransportAllocator::Deallocate(void* ptr, size_t) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == live_.end()) return;
+  std::unique_ptr<TransportMemory> memory = std::move(it->second);
+  live_.erase(it);
+  stats_.bytes_cached += memory->length();
+  free_[memory->length()].push_back(std::move(memory));
+  TrimCache();
+}
+
+void TransportAllocator::TrimCache() {
+  // Gives back the largest free blocks first: they cost the most to keep.
+  while (stats_.bytes_cached > cache_bytes_ && !free_.empty()) {
+    auto largest = std::prev(free_.end());
+    stats_.bytes_cached -= largest->second.back()->length();
+    stats_.bytes_registered -= largest->second.back()->length();
+    largest->second.pop_back();
+    if (largest->second.empty()) free_.erase(largest);
+  }
+}
+
+const TransportMemory* TransportAllocator::Find(const void* address, size_t length) const {
+  const auto start = reinterpret_cast<uintptr_t>(address);
+  std::lock_guard lock(mu_);
+  auto it = live_.upper_bound(start);
+  if (it == live_.begin()) return nullptr;
+  --it;
+  const TransportMemory& memory = *it->second;
+  if (start + length > it->first + memory.length()) return nullptr;
+  return &memory;
+}
+
+TransportAllocatorStats TransportAllocator::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace rdv::plugin
