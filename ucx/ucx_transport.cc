@@ -372,6 +372,24 @@ void MemRelease(rdv_transport_memory_t handle) {
   delete memory;
 }
 
+// Packed remote keys travel with a header: UCX unpacks whatever bytes it is
+// given and crashes on garbage, so a key that was cut or corrupted on the
+// way must be refused before it reaches UCX.
+struct KeyHeader {
+  uint32_t magic;
+  uint32_t length;
+  uint64_t checksum;
+};
+constexpr uint32_t kKeyMagic = 0x4b564452;  // "RDVK"
+
+uint64_t Fnv1a(const void* data, size_t size) {
+  uint64_t hash = 14695981039346656037ull;
+  for (size_t i = 0; i < size; ++i) {
+    hash = (hash ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
+  }
+  return hash;
+}
+
 int MemPack(rdv_transport_memory_t handle, void* buffer, size_t* length,
             rdv_transport_error_t* error) {
   auto* memory = reinterpret_cast<Memory*>(handle);
@@ -379,9 +397,25 @@ int MemPack(rdv_transport_memory_t handle, void* buffer, size_t* length,
   size_t size = 0;
   const ucs_status_t status = ucp_rkey_pack(memory->context->ucp, memory->memh, &key, &size);
   if (status != UCS_OK) return UcxError(error, status, "ucp_rkey_pack");
-  const int code = CopyOut(key, size, buffer, length, error);
+  std::string packed(sizeof(KeyHeader) + size, '\0');
+  const KeyHeader header{kKeyMagic, static_cast<uint32_t>(size), Fnv1a(key, size)};
+  std::memcpy(packed.data(), &header, sizeof(header));
+  std::memcpy(packed.data() + sizeof(header), key, size);
   ucp_rkey_buffer_release(key);
-  return code;
+  return CopyOut(packed.data(), packed.size(), buffer, length, error);
+}
+
+// The UCX key inside a packed key, or null when the bytes are not one.
+const void* CheckedKey(const void* packed, size_t length) {
+  KeyHeader header;
+  if (length < sizeof(header)) return nullptr;
+  std::memcpy(&header, packed, sizeof(header));
+  const void* key = static_cast<const char*>(packed) + sizeof(header);
+  if (header.magic != kKeyMagic || header.length != length - sizeof(header) ||
+      header.checksum != Fnv1a(key, header.length)) {
+    return nullptr;
+  }
+  return key;
 }
 
 // Posts through `start`, which returns UCX's request; the operation always
@@ -419,11 +453,17 @@ ucp_request_param_t SendParam(Operation* op) {
 
 template <bool kGet>
 int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_address,
-            const void* remote_key, size_t length, rdv_transport_completion_fn done, void* user,
-            rdv_transport_error_t* error) {
+            const void* remote_key, size_t remote_key_length, size_t length,
+            rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error) {
   auto* endpoint = reinterpret_cast<Endpoint*>(handle);
+  const void* key = CheckedKey(remote_key, remote_key_length);
+  if (key == nullptr) {
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                    "the peer's memory descriptor is not a UCX key packed by rdv (%zu bytes, "
+                    "truncated or corrupted)", remote_key_length);
+  }
   auto* op = new Operation{done, user};
-  const ucs_status_t unpacked = ucp_ep_rkey_unpack(endpoint->ep, remote_key, &op->rkey);
+  const ucs_status_t unpacked = ucp_ep_rkey_unpack(endpoint->ep, key, &op->rkey);
   if (unpacked != UCS_OK) {
     delete op;
     return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
@@ -438,16 +478,19 @@ int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_addres
 }
 
 int PostGet(rdv_transport_endpoint_t endpoint, void* local, rdv_transport_memory_t,
-            uint64_t remote_address, const void* remote_key, size_t, size_t length,
-            rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error) {
-  return PostRma<true>(endpoint, local, remote_address, remote_key, length, done, user, error);
+            uint64_t remote_address, const void* remote_key, size_t remote_key_length,
+            size_t length, rdv_transport_completion_fn done, void* user,
+            rdv_transport_error_t* error) {
+  return PostRma<true>(endpoint, local, remote_address, remote_key, remote_key_length, length,
+                       done, user, error);
 }
 
 int PostPut(rdv_transport_endpoint_t endpoint, const void* local, rdv_transport_memory_t,
-            uint64_t remote_address, const void* remote_key, size_t, size_t length,
-            rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error) {
-  return PostRma<false>(endpoint, const_cast<void*>(local), remote_address, remote_key, length,
-                        done, user, error);
+            uint64_t remote_address, const void* remote_key, size_t remote_key_length,
+            size_t length, rdv_transport_completion_fn done, void* user,
+            rdv_transport_error_t* error) {
+  return PostRma<false>(endpoint, const_cast<void*>(local), remote_address, remote_key,
+                        remote_key_length, length, done, user, error);
 }
 
 int PostSend(rdv_transport_endpoint_t handle, const void* local, rdv_transport_memory_t,

@@ -398,6 +398,54 @@ TEST_P(RemoteConformanceTest, RepeatedRequestIdIsRefused) {
   EXPECT_EQ(statuses[1].error_code(), grpc::StatusCode::ALREADY_EXISTS);
 }
 
+TEST_P(RemoteConformanceTest, ForgedReleaseIsRefusedByTheProducer) {
+  const ParsedKey key = Key("held");
+  ASSERT_TRUE(Produce(34, {Item(key, DType::kUInt8, {int64_t{1} << 20}, 3)}).ok());
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
+  ReleaseTransfersRequest request;
+  ReleasedTransfer* forged = request.add_transfers();
+  forged->set_step_id(34);
+  forged->set_transfer_id(987654321);
+  forged->set_length(1 << 20);
+  ReleaseTransfersResponse response;
+  const grpc::Status status = worker_stub_->ReleaseTransfers(&context, request, &response);
+  EXPECT_EQ(status.error_code(), std::string(GetParam().protocol) == "grpc"
+                                     ? grpc::StatusCode::FAILED_PRECONDITION
+                                     : grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
+  Tensor value;  // the real transfer is untouched
+  bool is_dead;
+  ASSERT_TRUE(Recv(34, key, &value, &is_dead).ok());
+  EXPECT_TRUE(VerifyPattern(value, 3).ok());
+}
+
+TEST_P(RemoteConformanceTest, WarmHotPathRegistersNothing) {
+  DataPlane* plane = consumer_->data_plane();
+  if (plane == nullptr) GTEST_SKIP() << "protocol grpc has no data plane";
+  const int64_t sizes[] = {8 << 10, 64 << 10, 1 << 20};
+  uint64_t registrations_when_warm = 0;
+  for (int round = 0; round < 10; ++round) {
+    std::vector<ProduceItem> items;
+    std::vector<ParsedKey> keys;
+    for (int i = 0; i < 100; ++i) {
+      keys.push_back(Key(absl::StrCat("hot", round, "_", i)));
+      items.push_back(Item(keys.back(), DType::kUInt8, {sizes[i % 3]}, 1));
+    }
+    ASSERT_TRUE(Produce(35, items).ok());
+    for (const ParsedKey& key : keys) {
+      Tensor value;
+      bool is_dead;
+      ASSERT_TRUE(Recv(35, key, &value, &is_dead).ok());
+      ASSERT_TRUE(VerifyPattern(value, 1).ok());
+    }
+    if (round == 0) registrations_when_warm = plane->allocator()->stats().registrations;
+  }
+  EXPECT_EQ(plane->allocator()->stats().registrations, registrations_when_warm)
+      << "1 000 transfers of recurring sizes registered memory after warm-up";
+  EXPECT_GE(plane->allocator()->stats().reused, 900u);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Protocols, RemoteConformanceTest,
     ::testing::Values(ProtocolSetting{"grpc", "grpc", nullptr},
