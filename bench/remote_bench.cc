@@ -1,17 +1,26 @@
-// Cross-process transfer benchmarks. The binary runs the consumer worker
-// itself and spawns the producer (a real rdv-worker with its driver on) on
-// 127.0.0.1. BM_GrpcRecv/<bytes>: one remote Recv of a tensor already sent
-// on the producer (protocol grpc). BM_RawGrpcUnary/<bytes>: the reference,
-// a unary call whose reply carries the same bytes, on a channel with the
-// same settings. Pre-sending is outside the timed region.
+// Cross-process transfer benchmarks. The binary runs the consumer workers
+// itself (one per protocol) and spawns the producer (a real rdv-worker with
+// its driver on, serving grpc+ucx and grpc) on 127.0.0.1.
+// BM_GrpcRecv/<bytes> and BM_GrpcUcxRecv/<bytes>: one remote Recv of a
+// tensor already sent on the producer, protocol grpc or grpc+ucx (UCX_TLS
+// from the environment). BM_RawGrpcUnary/<bytes>: the reference, a unary
+// call whose reply carries the same bytes, on a channel with the same
+// settings. Pre-sending is outside the timed region. BM_RssOfOneGiB: what
+// receiving 1 GiB over grpc+ucx adds to each side's peak RSS (run it alone,
+// in a fresh process).
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "benchmark/benchmark.h"
 #include "control/worker_process.h"
@@ -25,7 +34,8 @@ constexpr char kConsumerCpu[] = "/job:worker/replica:0/task:1/device:CPU:0";
 constexpr int kBatch = 32;
 
 struct Peers {
-  std::unique_ptr<WorkerServer> consumer;
+  std::unique_ptr<WorkerServer> consumer;      // protocol grpc, task 1
+  std::unique_ptr<WorkerServer> ucx_consumer;  // protocol grpc+ucx, task 2
   std::unique_ptr<WorkerProcess> producer;
   std::unique_ptr<DriverService::Stub> driver;
   std::unique_ptr<WorkerService::Stub> worker;
@@ -37,15 +47,21 @@ absl::Status StartPeers() {
   peers = new Peers;
   WorkerServerOptions options;
   options.task = 1;
-  RDV_ASSIGN_OR_RETURN(options.cluster, ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1"));
+  RDV_ASSIGN_OR_RETURN(options.cluster,
+                       ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1,127.0.0.1:1"));
   RDV_ASSIGN_OR_RETURN(options.control, ControlOptions::FromEnvironment());
   RDV_ASSIGN_OR_RETURN(peers->consumer, WorkerServer::Start(options));
+  options.task = 2;
+  options.protocol = "grpc+ucx";
+  RDV_ASSIGN_OR_RETURN(peers->ucx_consumer, WorkerServer::Start(options));
   RDV_ASSIGN_OR_RETURN(peers->producer,
                        WorkerProcess::Start({"--task=0", "--listen=127.0.0.1:0", "--enable_driver",
-                                             absl::StrCat("--cluster=worker=127.0.0.1:1,",
-                                                          peers->consumer->address())},
+                                             "--protocol=grpc+ucx",
+                                             "--cluster=worker=127.0.0.1:1,127.0.0.1:1,127.0.0.1:1"},
                                             absl::Seconds(30)));
-  peers->consumer->worker_cache().SetAddress("worker", 0, peers->producer->address());
+  for (WorkerServer* consumer : {peers->consumer.get(), peers->ucx_consumer.get()}) {
+    consumer->worker_cache().SetAddress("worker", 0, peers->producer->address());
+  }
   // The reference uses exactly the channel settings rdv uses to its peers.
   auto channel = grpc::CreateCustomChannel(peers->producer->address(),
                                            grpc::InsecureChannelCredentials(),
@@ -57,6 +73,7 @@ absl::Status StartPeers() {
 
 void StopPeers() {
   peers->producer.reset();
+  peers->ucx_consumer.reset();
   peers->consumer.reset();
   delete peers;
 }
@@ -75,8 +92,8 @@ bool Produce(int64_t step, const std::string& key, int64_t bytes, int count) {
   return peers->driver->Produce(&context, request, &response).ok();
 }
 
-void Cleanup(int64_t step) {
-  peers->consumer->rendezvous_mgr().Cleanup(step);
+void Cleanup(WorkerServer* consumer, int64_t step) {
+  consumer->rendezvous_mgr().Cleanup(step);
   grpc::ClientContext context;
   CleanupStepRequest request;
   request.set_step_id(step);
@@ -84,13 +101,17 @@ void Cleanup(int64_t step) {
   (void)peers->worker->CleanupStep(&context, request, &response);
 }
 
-void BM_GrpcRecv(benchmark::State& state) {
+std::string KeyFor(const WorkerServer& consumer) {
+  return CreateRendezvousKey(kProducerCpu, peers->producer->incarnation(),
+                             absl::StrCat(consumer.worker_name(), "/device:CPU:0"), "edge_1_bench");
+}
+
+void RecvLoop(benchmark::State& state, WorkerServer* consumer) {
   const int64_t bytes = state.range(0);
   const int64_t step = peers->next_step++;
-  const std::string key_text =
-      CreateRendezvousKey(kProducerCpu, peers->producer->incarnation(), kConsumerCpu, "edge_1_bench");
+  const std::string key_text = KeyFor(*consumer);
   const ParsedKey key = *ParsedKey::Parse(key_text);
-  auto rendezvous = peers->consumer->rendezvous_mgr().Find(step);
+  auto rendezvous = consumer->rendezvous_mgr().Find(step);
   int buffered = 0;
   for (auto _ : state) {
     if (buffered == 0) {
@@ -109,8 +130,52 @@ void BM_GrpcRecv(benchmark::State& state) {
     --buffered;
   }
   state.SetBytesProcessed(state.iterations() * bytes);
-  Cleanup(step);
+  Cleanup(consumer, step);
 }
+
+void BM_GrpcRecv(benchmark::State& state) { RecvLoop(state, peers->consumer.get()); }
+void BM_GrpcUcxRecv(benchmark::State& state) { RecvLoop(state, peers->ucx_consumer.get()); }
+
+// Peak resident memory of a process, from /proc.
+int64_t PeakRssBytes(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    int64_t kib = 0;
+    if (absl::string_view rest = line; absl::ConsumePrefix(&rest, "VmHWM:")) {
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(
+                               absl::StripSuffix(absl::StripAsciiWhitespace(rest), "kB")),
+                           &kib)) {
+        return kib << 10;
+      }
+    }
+  }
+  return -1;
+}
+
+void BM_RssOfOneGiB(benchmark::State& state) {
+  constexpr int64_t kBytes = int64_t{1} << 30;
+  WorkerServer* consumer = peers->ucx_consumer.get();
+  const std::string key_text = KeyFor(*consumer);
+  const ParsedKey key = *ParsedKey::Parse(key_text);
+  for (auto _ : state) {
+    const int64_t step = peers->next_step++;
+    if (!Produce(step, key_text, kBytes, 1)) state.SkipWithError("Produce failed");
+    const int64_t sender_before = PeakRssBytes(peers->producer->pid());
+    const int64_t receiver_before = PeakRssBytes(getpid());
+    Tensor value;
+    bool is_dead;
+    if (!consumer->rendezvous_mgr().Find(step)->Recv(key, {}, &value, &is_dead).ok()) {
+      state.SkipWithError("Recv failed");
+    }
+    state.counters["receiver_rss_added_MiB"] =
+        static_cast<double>(PeakRssBytes(getpid()) - receiver_before) / (1 << 20);
+    state.counters["sender_rss_added_MiB"] =
+        static_cast<double>(PeakRssBytes(peers->producer->pid()) - sender_before) / (1 << 20);
+    Cleanup(consumer, step);
+  }
+}
+BENCHMARK(BM_RssOfOneGiB)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 void BM_RawGrpcUnary(benchmark::State& state) {
   FetchBytesRequest request;
@@ -133,6 +198,7 @@ void Sizes(benchmark::internal::Benchmark* b) {
   b->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK(BM_GrpcRecv)->Apply(Sizes);
+BENCHMARK(BM_GrpcUcxRecv)->Apply(Sizes);
 BENCHMARK(BM_RawGrpcUnary)->Apply(Sizes);
 
 }  // namespace

@@ -11,8 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 
 #include "plugin/rdv_transport.h"
 
@@ -77,10 +80,55 @@ struct Context {
   }
 };
 
+// Unpacked remote keys of one endpoint, kept: unpacking a shared-memory key
+// attaches the peer's segment, and attaching it anew for every transfer
+// costs a page fault per page. Bounded; the oldest key goes first.
+class RemoteKeyCache {
+ public:
+  static constexpr size_t kCapacity = 256;
+
+  ~RemoteKeyCache() { Clear(); }
+
+  // Before the endpoint closes: keys belong to it.
+  void Clear() {
+    std::lock_guard lock(mu_);
+    for (auto& [bytes, rkey] : keys_) ucp_rkey_destroy(rkey);
+    keys_.clear();
+    order_.clear();
+  }
+
+  ucs_status_t Get(ucp_ep_h ep, const void* key, size_t length, ucp_rkey_h* rkey) {
+    std::lock_guard lock(mu_);
+    std::string bytes(static_cast<const char*>(key), length);
+    if (auto it = keys_.find(bytes); it != keys_.end()) {
+      *rkey = it->second;
+      return UCS_OK;
+    }
+    const ucs_status_t status = ucp_ep_rkey_unpack(ep, key, rkey);
+    if (status != UCS_OK) return status;
+    if (order_.size() == kCapacity) {
+      // In-flight operations on the evicted key completed long ago: a key is
+      // only replaced after kCapacity newer ones.
+      ucp_rkey_destroy(keys_[order_.front()]);
+      keys_.erase(order_.front());
+      order_.pop_front();
+    }
+    order_.push_back(bytes);
+    keys_.emplace(std::move(bytes), *rkey);
+    return UCS_OK;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, ucp_rkey_h> keys_;
+  std::deque<std::string> order_;
+};
+
 struct Endpoint {
   Context* context = nullptr;
   ucp_ep_h ep = nullptr;
   std::atomic<ucs_status_t> failure{UCS_OK};
+  RemoteKeyCache keys;
 };
 
 struct Memory {
@@ -92,11 +140,9 @@ struct Memory {
 struct Operation {
   rdv_transport_completion_fn done;
   void* user;
-  ucp_rkey_h rkey = nullptr;
 };
 
 void Complete(Operation* op, ucs_status_t status) {
-  if (op->rkey != nullptr) ucp_rkey_destroy(op->rkey);
   if (status == UCS_OK) {
     op->done(op->user, RDV_TRANSPORT_OK, nullptr);
   } else {
@@ -301,6 +347,7 @@ int Connect(rdv_transport_context_t handle, const void* peer_address, size_t,
 
 void Disconnect(rdv_transport_endpoint_t handle) {
   auto* endpoint = reinterpret_cast<Endpoint*>(handle);
+  endpoint->keys.Clear();
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -426,7 +473,6 @@ int Post(Endpoint* endpoint, Context* context, Operation* op, Start start,
   if (endpoint != nullptr) {
     const ucs_status_t failure = endpoint->failure.load(std::memory_order_acquire);
     if (failure != UCS_OK) {
-      if (op->rkey != nullptr) ucp_rkey_destroy(op->rkey);
       delete op;
       return SetError(error, RDV_TRANSPORT_UNAVAILABLE, "UCX endpoint failed earlier: %s",
                       ucs_status_string(failure));
@@ -434,7 +480,6 @@ int Post(Endpoint* endpoint, Context* context, Operation* op, Start start,
   }
   const ucs_status_ptr_t request = start();
   if (UCS_PTR_IS_ERR(request)) {
-    if (op->rkey != nullptr) ucp_rkey_destroy(op->rkey);
     delete op;
     return UcxError(error, UCS_PTR_STATUS(request), what);
   }
@@ -462,18 +507,19 @@ int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_addres
                     "the peer's memory descriptor is not a UCX key packed by rdv (%zu bytes, "
                     "truncated or corrupted)", remote_key_length);
   }
-  auto* op = new Operation{done, user};
-  const ucs_status_t unpacked = ucp_ep_rkey_unpack(endpoint->ep, key, &op->rkey);
+  ucp_rkey_h rkey = nullptr;
+  const ucs_status_t unpacked = endpoint->keys.Get(endpoint->ep, key,
+                                                   remote_key_length - sizeof(KeyHeader), &rkey);
   if (unpacked != UCS_OK) {
-    delete op;
     return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
                     "the peer's memory descriptor does not unpack: %s",
                     ucs_status_string(unpacked));
   }
+  auto* op = new Operation{done, user};
   return Post(endpoint, endpoint->context, op, [&] {
     const ucp_request_param_t param = SendParam(op);
-    return kGet ? ucp_get_nbx(endpoint->ep, local, length, remote_address, op->rkey, &param)
-                : ucp_put_nbx(endpoint->ep, local, length, remote_address, op->rkey, &param);
+    return kGet ? ucp_get_nbx(endpoint->ep, local, length, remote_address, rkey, &param)
+                : ucp_put_nbx(endpoint->ep, local, length, remote_address, rkey, &param);
   }, error, kGet ? "ucp_get_nbx" : "ucp_put_nbx");
 }
 
