@@ -5,8 +5,10 @@ and the bars each issue set. Exit status 1 when a bar is missed.
 
     summarize.py intra  bench_intra.json
     summarize.py remote bench_remote.json
+    summarize.py ucx    LABEL bench_ucx.json rss.json ucx_perftest.json
 """
 import json
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -101,6 +103,60 @@ def remote(table):
     return ok
 
 
+def ucx(label, table, rss_table, perftest_path):
+    """grpc+ucx against ucx_perftest (best test per size) and protocol grpc."""
+    with open(perftest_path) as f:
+        perftest = json.load(f)
+    best = {}
+    for row in perftest:
+        median = statistics.median(row["GBps"])
+        if median > best.get(row["size"], (0, "", []))[0]:
+            best[row["size"]] = (median, row["test"], row["GBps"])
+    shm = label == "shm"
+    ok = True
+    print(f"\nrdv grpc+ucx, UCX_TLS={os.environ.get('UCX_TLS', '(default)')} ({label}):"
+          " median [min-max] GB/s of repetitions")
+    print(f"  {'size':>8}  {'grpc+ucx':>22}  {'grpc':>22}  {'best ucx_perftest':>30}"
+          f"  {'/perftest':>9}  {'/grpc':>6}")
+    for size in sizes_of(table, "BM_GrpcUcxRecv"):
+        if size < 4 * KIB:
+            continue
+        rdv = spread(table[f"BM_GrpcUcxRecv/{size}/real_time"], "bytes_per_second")
+        grpc = spread(table[f"BM_GrpcRecv/{size}/real_time"], "bytes_per_second")
+        vs_grpc = rdv[0] / grpc[0]
+        line = (f"  {human(size):>8}  {rdv[0] / 1e9:6.3f} [{rdv[1] / 1e9:.2f}-{rdv[2] / 1e9:.2f}]"
+                f"  {grpc[0] / 1e9:6.3f} [{grpc[1] / 1e9:.2f}-{grpc[2] / 1e9:.2f}]")
+        bars = []
+        if size in best:
+            peer, test, runs = best[size]
+            vs_peer = rdv[0] / 1e9 / peer
+            line += f"  {peer:6.3f} [{min(runs):.2f}-{max(runs):.2f}] {test:>10}  {vs_peer:9.2f}"
+            if size == 64 * MIB:
+                ok = ok and vs_peer >= 0.9
+                bars.append(f"64 MiB >= 0.9x perftest: {verdict(vs_peer >= 0.9)}")
+        else:
+            line += f"  {'':>30}  {'':>9}"
+        line += f"  {vs_grpc:6.2f}"
+        if size >= MIB:
+            need = 5.0 if shm else 1.0
+            ok = ok and vs_grpc >= need
+            bars.append(f">= {need:g}x grpc: {verdict(vs_grpc >= need)}")
+        print(line + ("  " + "; ".join(bars) if bars else ""))
+    rdv = spread(table["BM_GrpcUcxRecv/64/real_time"], "real_time")
+    print(f"  64 B Recv latency: {rdv[0]:.0f} us [{rdv[1]:.0f}-{rdv[2]:.0f}]")
+    run = rss_table["BM_RssOfOneGiB/iterations:1"][0]
+    receiver, sender = run["receiver_rss_added_MiB"], run["sender_rss_added_MiB"]
+    ok_rss = receiver <= 1.1 * 1024 and sender <= 64
+    ok = ok and ok_rss
+    print(f"  receiving 1 GiB adds {receiver:.0f} MiB to the receiver's peak RSS (bar <= 1126),"
+          f" {sender:.0f} MiB to the sender's (bar <= 64): {verdict(ok_rss)}")
+    return ok
+
+
 if __name__ == "__main__":
-    mode, path = sys.argv[1], sys.argv[2]
-    sys.exit(0 if {"intra": intra, "remote": remote}[mode](load(path)) else 1)
+    mode = sys.argv[1]
+    if mode == "ucx":
+        result = ucx(sys.argv[2], load(sys.argv[3]), load(sys.argv[4]), sys.argv[5])
+    else:
+        result = {"intra": intra, "remote": remote}[mode](load(sys.argv[2]))
+    sys.exit(0 if result else 1)

@@ -383,7 +383,7 @@ int MemAlloc(rdv_transport_context_t handle, size_t length, rdv_transport_memory
   params.address = nullptr;
   params.length = length;
   params.flags = UCP_MEM_MAP_ALLOCATE;
-  rdv_transport_memory_t memory;
+  rdv_transport_memory_t memory = nullptr;
   const int code = MapMemory(ContextOf(handle), &params, &memory, error, "allocation");
   if (code != RDV_TRANSPORT_OK) return code;
   ucp_mem_attr_t attr{};

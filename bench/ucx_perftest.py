@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Runs ucx_perftest between two processes on loopback, the peer rdv's
+grpc+ucx is compared with: for each size, put, get and tag bandwidth, with
+the UCX_TLS of the environment, several repetitions. Writes JSON:
+[{"test": ..., "size": ..., "GBps": [per repetition]}].
+
+    ucx_perftest.py OUT.json SIZE [SIZE ...]
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+TESTS = ["ucp_put_bw", "ucp_get", "tag_bw"]
+REPETITIONS = int(os.environ.get("RDV_BENCH_REPETITIONS", "5"))
+WAIT_LIMIT_S = 120
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def iterations_for(size):
+    # About 256 MiB per run (put over tcp crawls at tens of MB/s), at least
+    # 5 and at most 2000 iterations.
+    return max(5, min(2000, (256 << 20) // size))
+
+
+def run_once(test, size):
+    port = free_port()
+    server = subprocess.Popen(["ucx_perftest", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + WAIT_LIMIT_S
+        while True:  # the client fails until the server listens; bounded
+            client = subprocess.run(
+                ["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s", str(size),
+                 "-n", str(iterations_for(size)), "-w", "2"],
+                capture_output=True, text=True, timeout=WAIT_LIMIT_S)
+            if client.returncode == 0 or time.monotonic() > deadline:
+                break
+        for line in client.stdout.splitlines():
+            if line.startswith("Final:"):
+                mib_per_s = float(line.split()[5])  # bandwidth average, MB/s = MiB/s
+                return mib_per_s * (1 << 20) / 1e9
+        raise RuntimeError(f"ucx_perftest {test} {size}: no result\n{client.stdout}{client.stderr}")
+    finally:
+        server.kill()
+        server.wait()
+
+
+def main(out, sizes):
+    rows = []
+    for size in sizes:
+        for test in TESTS:
+            gbps = [run_once(test, size) for _ in range(REPETITIONS)]
+            rows.append({"test": test, "size": size, "GBps": gbps})
+            print(f"ucx_perftest {test:10s} {size:>10d} B  "
+                  f"median {sorted(gbps)[len(gbps) // 2]:.3f} GB/s", flush=True)
+    with open(out, "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], [int(s) for s in sys.argv[2:]])
