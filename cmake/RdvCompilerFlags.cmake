@@ -9,8 +9,8 @@ option(RDV_BUILD_BENCHMARKS "Build the Google Benchmark suites" ON)
 
 add_library(rdv_build_flags INTERFACE)
 target_compile_options(rdv_build_flags INTERFACE
-  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
-  -Wcast-align -Woverloaded-virtual -Wimplicit-fallthrough
+  -Wall -Wextra -Wpedantic -Wshadow -Wcast-align -Wimplicit-fallthrough
+  $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual>
   $<$<BOOL:${RDV_WARNINGS_AS_ERRORS}>:-Werror>)
 
 if(RDV_SANITIZE)

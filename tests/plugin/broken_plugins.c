@@ -4,7 +4,9 @@
 #include "plugin/rdv_transport.h"
 
 #ifdef RDV_BROKEN_WRONG_ABI
-static const rdv_transport_v1_t kWrongAbi = {99, sizeof(rdv_transport_v1_t), "wrongabi"};
+static const rdv_transport_v1_t kWrongAbi = {.abi_version = 99,
+                                             .struct_size = sizeof(rdv_transport_v1_t),
+                                             .name = "wrongabi"};
 __attribute__((visibility("default"))) const rdv_transport_v1_t* rdv_transport_v1(void) {
   return &kWrongAbi;
 }

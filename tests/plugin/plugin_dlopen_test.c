@@ -13,7 +13,9 @@ static int check(const char* path) {
     fprintf(stderr, "FAIL %s: dlopen: %s\n", path, dlerror());
     return 1;
   }
-  rdv_transport_entry_v1_fn entry = (rdv_transport_entry_v1_fn)dlsym(library, RDV_TRANSPORT_ENTRY_V1);
+  rdv_transport_entry_v1_fn entry;
+  /* POSIX's way to turn dlsym's object pointer into a function pointer. */
+  *(void**)(&entry) = dlsym(library, RDV_TRANSPORT_ENTRY_V1);
   if (entry == NULL) {
     fprintf(stderr, "FAIL %s: no symbol %s\n", path, RDV_TRANSPORT_ENTRY_V1);
     return 1;
