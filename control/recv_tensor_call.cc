@@ -1,6 +1,7 @@
 #include "control/recv_tensor_call.h"
 
-#include <grpcpp/support/sync_stream.h>
+#include <grpcpp/completion_queue.h>
+#include <grpcpp/support/async_stream.h>
 #include <grpcpp/support/proto_buffer_writer.h>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,17 @@ absl::Status SerializeRequest(const RecvTensorRequest& request, grpc::ByteBuffer
   bool own_buffer = false;
   return FromGrpcStatus(
       grpc::SerializationTraits<RecvTensorRequest>::Serialize(request, buffer, &own_buffer));
+}
+
+// Waits on `queue` for `tag`, passing over the call's start event; the
+// result of that operation.
+bool AwaitTag(grpc::CompletionQueue* queue, void* tag) {
+  void* got = nullptr;
+  bool ok = false;
+  while (queue->Next(&got, &ok)) {
+    if (got == tag) return ok;
+  }
+  return false;
 }
 
 std::shared_ptr<Allocator> DestinationAllocator(DataPlane* data_plane) {
@@ -208,13 +220,21 @@ void BlockingRecvTensorCall::Abort(const absl::Status& status) {
 absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
   grpc::ByteBuffer request;
   RDV_RETURN_IF_ERROR(SerializeRequest(request_, &request));
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-          worker_->channel.get(), *worker_->recv_tensor, &context_, request));
+  // This thread drives its own completion queue: gRPC then reads the
+  // answer on this thread instead of waking it from another, and the start
+  // and the first read are in flight together.
+  grpc::CompletionQueue queue;
+  std::unique_ptr<grpc::ClientAsyncReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientAsyncReaderFactory<grpc::ByteBuffer>::Create(
+          worker_->channel.get(), &queue, *worker_->recv_tensor, &context_, request,
+          /*start=*/true, &queue));
   absl::Status decoded;
   grpc::ByteBuffer chunk;
-  while (decoded.ok() && !decoder_.complete() && reader->Read(&chunk)) {
-    decoded = decoder_.Consume(&chunk);
+  bool reading = true;
+  while (reading && decoded.ok() && !decoder_.complete()) {
+    reader->Read(&chunk, &chunk);
+    reading = AwaitTag(&queue, &chunk);
+    if (reading) decoded = decoder_.Consume(&chunk);
   }
   if (decoded.ok() && decoder_.has_transport() && data_plane_ == nullptr) {
     decoded = absl::FailedPreconditionError(
@@ -237,7 +257,14 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
   } else {
     fetched->done.Notify();
   }
-  const grpc::Status finished = reader->Finish();
+  grpc::Status finished;
+  reader->Finish(&finished, &finished);
+  AwaitTag(&queue, &finished);
+  queue.Shutdown();
+  void* ignored_tag;
+  bool ignored_ok;
+  while (queue.Next(&ignored_tag, &ignored_ok)) {
+  }
   {
     std::lock_guard lock(mu_);
     RDV_RETURN_IF_ERROR(RecvTensorStatus(*worker_, finished, abort_status_));

@@ -31,8 +31,17 @@ void ReleaseBatcher::SendLocked() {
         delete call;
         std::lock_guard lock(self->mu_);
         self->in_flight_ = false;
-        if (!self->queued_.empty()) self->SendLocked();
+        if (!self->queued_.empty()) {
+          self->SendLocked();
+        } else {
+          self->idle_.notify_all();
+        }
       });
+}
+
+void ReleaseBatcher::Drain(absl::Duration timeout) {
+  std::unique_lock lock(mu_);
+  idle_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return !in_flight_; });
 }
 
 }  // namespace rdv::control

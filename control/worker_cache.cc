@@ -30,6 +30,10 @@ grpc::ChannelArguments PeerChannelArguments(const ControlOptions& options) {
 WorkerCache::WorkerCache(ClusterSpec cluster, ControlOptions options)
     : options_(options), cluster_(std::move(cluster)) {}
 
+WorkerCache::~WorkerCache() {
+  for (auto& [name, client] : clients_) client->releases->Drain(options_.peer_timeout);
+}
+
 absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerCache::Get(absl::string_view worker_name) {
   std::lock_guard lock(mu_);
   if (auto it = clients_.find(worker_name); it != clients_.end()) return it->second;

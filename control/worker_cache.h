@@ -38,6 +38,8 @@ struct WorkerClient {
 class WorkerCache {
  public:
   WorkerCache(ClusterSpec cluster, ControlOptions options);
+  // Waits for the acks still in flight (bounded by the peer timeout).
+  ~WorkerCache();
 
   // INVALID_ARGUMENT when the worker is not in the cluster.
   absl::StatusOr<std::shared_ptr<WorkerClient>> Get(absl::string_view worker_name);

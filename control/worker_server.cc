@@ -1,5 +1,6 @@
 #include "control/worker_server.h"
 
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <random>
@@ -138,6 +139,8 @@ class WorkerServer::Impl {
   std::unique_ptr<grpc::Server> server_;
 
   std::mutex mu_;
+  std::condition_variable forwards_done_;
+  int forwards_in_flight_ = 0;  // AbortStep forwards not yet answered; mu_
   // Request ids seen per step, so that a repeated RecvTensor is refused.
   absl::flat_hash_map<int64_t, absl::flat_hash_set<int64_t>> seen_requests_;  // guarded by mu_
   // Driver tensors, made once per (dtype, dims, seed) and sent many times.
@@ -392,19 +395,28 @@ void WorkerServer::Impl::AbortStep(const AbortStepRequest& request) {
     if (!client.ok()) continue;
     struct Call {
       grpc::ClientContext context;
+      AbortStepRequest request;
       AbortStepResponse response;
       std::shared_ptr<WorkerClient> client;
     };
     auto* call = new Call;
     call->client = *client;
+    call->request = forward;
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + env_.options.peer_timeout));
+    {
+      std::lock_guard lock(mu_);
+      ++forwards_in_flight_;
+    }
     call->client->stub->async()->AbortStep(
-        &call->context, &forward, &call->response, [call, worker](grpc::Status forwarded) {
+        &call->context, &call->request, &call->response,
+        [this, call, worker](grpc::Status forwarded) {
           if (!forwarded.ok()) {
             RDV_LOG(Warning) << "forwarding AbortStep to " << worker
                              << " failed: " << forwarded.error_message();
           }
           delete call;
+          std::lock_guard lock(mu_);
+          if (--forwards_in_flight_ == 0) forwards_done_.notify_all();
         });
   }
 }
@@ -465,6 +477,9 @@ void WorkerServer::Impl::Shutdown() {
   server_->Wait();
   server_.reset();
   rendezvous_mgr_.CleanupAll();
+  // Forwarded aborts carry a deadline, so this wait is bounded.
+  std::unique_lock lock(mu_);
+  forwards_done_.wait(lock, [this] { return forwards_in_flight_ == 0; });
 }
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOptions options) {
