@@ -137,11 +137,6 @@ void DataPlane::DropStep(int64_t step_id) {
   absl::erase_if(pending_, [step_id](const auto& entry) { return entry.second.step_id == step_id; });
 }
 
-size_t DataPlane::PendingTransfers() const {
-  std::lock_guard lock(mu_);
-  return pending_.size();
-}
-
 void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
                       plugin::TransportDone done) {
   if (destination.TotalBytes() != descriptor.length()) {

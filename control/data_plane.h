@@ -46,7 +46,6 @@ class DataPlane {
   const DataPlaneOptions& options() const { return options_; }
   const plugin::Transport& transport() const { return *transport_; }
   const std::shared_ptr<plugin::TransportAllocator>& allocator() const { return allocator_; }
-  const plugin::RegistrationCache& registrations() const { return registrations_; }
   const std::string& local_address() const { return local_address_; }
 
   // Producer side. `sent` runs once the producer's part is over: at once
@@ -60,7 +59,6 @@ class DataPlane {
   // another step, or a length that differs from what it described).
   absl::Status Release(const ReleasedTransfer& transfer);
   void DropStep(int64_t step_id);
-  size_t PendingTransfers() const;
 
   // Consumer side: fills `destination` (host memory of TotalBytes() ==
   // descriptor.length) and calls `done` on the transport's thread.

@@ -500,7 +500,6 @@ uint64_t WorkerServer::incarnation() const { return impl_->env_.incarnation; }
 const std::string& WorkerServer::address() const { return impl_->address_; }
 RendezvousMgr& WorkerServer::rendezvous_mgr() { return impl_->rendezvous_mgr_; }
 WorkerCache& WorkerServer::worker_cache() { return impl_->worker_cache_; }
-const WorkerEnv& WorkerServer::env() const { return impl_->env_; }
 void WorkerServer::Shutdown() { impl_->Shutdown(); }
 DataPlane* WorkerServer::data_plane() { return impl_->data_plane_.get(); }
 

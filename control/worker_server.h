@@ -46,7 +46,6 @@ class WorkerServer {
   const std::string& address() const;
   RendezvousMgr& rendezvous_mgr();
   WorkerCache& worker_cache();
-  const WorkerEnv& env() const;
   // Null for protocol grpc.
   DataPlane* data_plane();
 

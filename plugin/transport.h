@@ -80,7 +80,6 @@ class Transport : public std::enable_shared_from_this<Transport> {
   Transport& operator=(const Transport&) = delete;
 
   const std::string& name() const { return name_; }
-  const std::string& path() const { return path_; }
   const std::string& description() const { return description_; }
   uint32_t preferred_op() const { return preferred_op_; }
 

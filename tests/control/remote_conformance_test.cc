@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "control/protocol.h"
 #include "control/tensor_pattern.h"
 #include "control/worker_server.h"
 #include "gtest/gtest.h"
@@ -396,6 +397,25 @@ TEST_P(RemoteConformanceTest, RepeatedRequestIdIsRefused) {
   }
   EXPECT_TRUE(statuses[0].ok()) << statuses[0].error_message();
   EXPECT_EQ(statuses[1].error_code(), grpc::StatusCode::ALREADY_EXISTS);
+}
+
+TEST_P(RemoteConformanceTest, HandshakeChecksTheProtocolVersion) {
+  HandshakeRequest request;
+  request.set_worker_name(consumer_->worker_name());
+  request.set_incarnation(consumer_->incarnation());
+  request.set_protocol_version(kProtocolVersion);
+  HandshakeResponse response;
+  WorkerCall([&](grpc::ClientContext* context) {
+    return worker_stub_->Handshake(context, request, &response);
+  });
+  EXPECT_EQ(response.worker_name(), "/job:worker/replica:0/task:0");
+  EXPECT_EQ(response.incarnation(), producer_->incarnation());
+  request.set_protocol_version(kProtocolVersion + 1);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
+  const grpc::Status refused = worker_stub_->Handshake(&context, request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("protocol version"), std::string::npos);
 }
 
 TEST_P(RemoteConformanceTest, ForgedReleaseIsRefusedByTheProducer) {
