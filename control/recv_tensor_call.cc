@@ -19,15 +19,20 @@ absl::Status SerializeRequest(const RecvTensorRequest& request, grpc::ByteBuffer
       grpc::SerializationTraits<RecvTensorRequest>::Serialize(request, buffer, &own_buffer));
 }
 
-// Waits on `queue` for `tag`, passing over the call's start event; the
-// result of that operation.
-bool AwaitTag(grpc::CompletionQueue* queue, void* tag) {
+// Waits on `queue` for `tag` until `deadline`, passing over the call's
+// start event; the result of that operation, false on timeout.
+bool AwaitTag(grpc::CompletionQueue* queue, void* tag,
+              absl::Time deadline = absl::InfiniteFuture()) {
   void* got = nullptr;
   bool ok = false;
-  while (queue->Next(&got, &ok)) {
+  for (;;) {
+    const auto next = deadline == absl::InfiniteFuture()
+                          ? (queue->Next(&got, &ok) ? grpc::CompletionQueue::GOT_EVENT
+                                                    : grpc::CompletionQueue::SHUTDOWN)
+                          : queue->AsyncNext(&got, &ok, absl::ToChronoTime(deadline));
+    if (next != grpc::CompletionQueue::GOT_EVENT) return false;
     if (got == tag) return ok;
   }
-  return false;
 }
 
 std::shared_ptr<Allocator> DestinationAllocator(DataPlane* data_plane) {
@@ -199,14 +204,25 @@ void RecvTensorCall::Complete(absl::Status status, Tensor tensor, bool is_dead) 
 
 BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> worker,
                                                DataPlane* data_plane, RecvTensorRequest request,
-                                               absl::Duration timeout)
+                                               absl::Duration timeout,
+                                               absl::Duration peer_timeout)
     : worker_(std::move(worker)),
       data_plane_(data_plane),
       request_(std::move(request)),
-      decoder_(DestinationAllocator(data_plane)) {
-  if (timeout < absl::InfiniteDuration()) {
-    context_.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  }
+      timeout_(timeout),
+      peer_timeout_(peer_timeout),
+      decoder_(DestinationAllocator(data_plane)) {}
+
+bool BlockingRecvTensorCall::Withdrawn() {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + peer_timeout_));
+  WithdrawRecvTensorRequest request;
+  request.set_step_id(request_.step_id());
+  request.set_request_id(request_.request_id());
+  WithdrawRecvTensorResponse response;
+  const grpc::Status status = worker_->stub->WithdrawRecvTensor(&context, request, &response);
+  // A producer that cannot answer cannot send the value either.
+  return !status.ok() || response.withdrawn();
 }
 
 void BlockingRecvTensorCall::Abort(const absl::Status& status) {
@@ -231,10 +247,22 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
   absl::Status decoded;
   grpc::ByteBuffer chunk;
   bool reading = true;
+  bool timed_out = false;
+  // Only the wait for the answer is bounded; once bytes flow, they finish.
+  absl::Time deadline = timeout_ < absl::InfiniteDuration() ? absl::Now() + timeout_
+                                                            : absl::InfiniteFuture();
   while (reading && decoded.ok() && !decoder_.complete()) {
     reader->Read(&chunk, &chunk);
-    reading = AwaitTag(&queue, &chunk);
+    bool got = AwaitTag(&queue, &chunk, deadline);
+    if (!got && absl::Now() >= deadline) {
+      timed_out = Withdrawn();
+      if (timed_out) Abort(absl::DeadlineExceededError("the Recv timed out"));
+      deadline = absl::InfiniteFuture();
+      got = AwaitTag(&queue, &chunk, deadline);
+    }
+    reading = got && !timed_out;
     if (reading) decoded = decoder_.Consume(&chunk);
+    deadline = absl::InfiniteFuture();
   }
   if (decoded.ok() && decoder_.has_transport() && data_plane_ == nullptr) {
     decoded = absl::FailedPreconditionError(

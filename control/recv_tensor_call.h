@@ -74,20 +74,30 @@ class RecvTensorCall final : public AbortableCall,
 
 class BlockingRecvTensorCall final : public AbortableCall {
  public:
+  // `timeout` bounds the wait for the producer's answer; `peer_timeout`
+  // the withdrawal request sent when it passes.
   BlockingRecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
-                         RecvTensorRequest request, absl::Duration timeout);
+                         RecvTensorRequest request, absl::Duration timeout,
+                         absl::Duration peer_timeout);
 
   // Runs the call to its end on this thread; `tensor` / `is_dead` are set
-  // only on success. A deadline hit before any byte arrived is
-  // DEADLINE_EXCEEDED.
+  // only on success. When `timeout` passes before the answer, the producer
+  // is asked to withdraw the Recv: DEADLINE_EXCEEDED if it did (the value
+  // then stays for a later Recv), else the value, which was already taken.
   absl::Status Run(Tensor* tensor, bool* is_dead);
 
   void Abort(const absl::Status& status) override;
 
  private:
+  // Asks the producer to withdraw this Recv; true when it did (or cannot
+  // answer).
+  bool Withdrawn();
+
   const std::shared_ptr<WorkerClient> worker_;
   DataPlane* const data_plane_;
   const RecvTensorRequest request_;
+  const absl::Duration timeout_;
+  const absl::Duration peer_timeout_;
   grpc::ClientContext context_;
   TensorDecoder decoder_;
   std::mutex mu_;

@@ -97,7 +97,8 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
   }
   RDV_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> worker,
                        env_->worker_cache->Get(key.src().WorkerName()));
-  BlockingRecvTensorCall call(std::move(worker), env_->data_plane, MakeRequest(key), timeout);
+  BlockingRecvTensorCall call(std::move(worker), env_->data_plane, MakeRequest(key), timeout,
+                              env_->options.peer_timeout);
   const absl::Status cancelled =
       absl::CancelledError(absl::StrCat("Recv of '", key.FullKey(), "' was cancelled"));
   if (const absl::Status aborted = Track(&call); !aborted.ok()) call.Abort(aborted);

@@ -21,6 +21,7 @@
 #include "control/tensor_codec.h"
 #include "control/tensor_pattern.h"
 #include "core/logging.h"
+#include "core/notification.h"
 
 namespace rdv::control {
 namespace {
@@ -29,7 +30,9 @@ using WorkerServiceBase = WorkerService::WithCallbackMethod_Handshake<
     WorkerService::WithRawCallbackMethod_RecvTensor<
         WorkerService::WithCallbackMethod_ReleaseTransfers<
             WorkerService::WithCallbackMethod_CleanupStep<
-                WorkerService::WithCallbackMethod_AbortStep<WorkerService::Service>>>>>;
+                WorkerService::WithCallbackMethod_AbortStep<
+                    WorkerService::WithCallbackMethod_WithdrawRecvTensor<
+                        WorkerService::Service>>>>>>;
 
 uint64_t NewIncarnation() {
   std::random_device random;
@@ -72,6 +75,9 @@ class WorkerServer::Impl {
   absl::Status AdmitRecvTensor(const RecvTensorRequest& request, const ParsedKey& key);
   absl::Status Produce(const ProduceRequest& request);
   absl::Status ReleaseTransfers(const ReleaseTransfersRequest& request);
+  // True when the RecvTensor `request_id` of `step_id` was still waiting and
+  // is now withdrawn (or never arrived, or already ended without a value).
+  bool Withdraw(int64_t step_id, int64_t request_id);
   const std::string& Bytes(uint64_t size);
   void AbortStep(const AbortStepRequest& request);
   void CleanupStep(int64_t step_id);
@@ -101,6 +107,12 @@ class WorkerServer::Impl {
                                           const CleanupStepRequest* request,
                                           CleanupStepResponse*) override {
       impl_->CleanupStep(request->step_id());
+      return Reply(context, absl::OkStatus());
+    }
+    grpc::ServerUnaryReactor* WithdrawRecvTensor(grpc::CallbackServerContext* context,
+                                                 const WithdrawRecvTensorRequest* request,
+                                                 WithdrawRecvTensorResponse* response) override {
+      response->set_withdrawn(impl_->Withdraw(request->step_id(), request->request_id()));
       return Reply(context, absl::OkStatus());
     }
     grpc::ServerUnaryReactor* AbortStep(grpc::CallbackServerContext* context,
@@ -140,6 +152,8 @@ class WorkerServer::Impl {
 
   std::mutex mu_;
   std::condition_variable forwards_done_;
+  // RecvTensor calls in progress, by (step, request id), for Withdraw.
+  absl::flat_hash_map<std::pair<int64_t, int64_t>, RecvTensorReactor*> live_recvs_;  // mu_
   int forwards_in_flight_ = 0;  // AbortStep forwards not yet answered; mu_
   // Request ids seen per step, so that a repeated RecvTensor is refused.
   absl::flat_hash_map<int64_t, absl::flat_hash_set<int64_t>> seen_requests_;  // guarded by mu_
@@ -178,6 +192,11 @@ class WorkerServer::Impl::RecvTensorReactor final
     }
     chunk_bytes_ = impl_->env_.options.chunk_bytes;
     request_ = request;
+    {
+      std::lock_guard lock(impl_->mu_);
+      impl_->live_recvs_[{request.step_id(), request.request_id()}] = this;
+      registered_ = true;
+    }
     RendezvousArgs args;
     args.alloc_attrs.on_host = true;  // the bytes leave from host memory
     args.cancellation_manager = &cancel_;
@@ -204,7 +223,23 @@ class WorkerServer::Impl::RecvTensorReactor final
     }
     WriteNext();
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (registered_) {
+      std::lock_guard lock(impl_->mu_);
+      impl_->live_recvs_.erase({request_.step_id(), request_.request_id()});
+    }
+    delete this;
+  }
+
+  // Withdraws the waiting Recv; true unless its value was already taken.
+  // Called with impl_->mu_ held, which keeps this reactor alive.
+  bool Withdraw() {
+    cancel_.StartCancel();
+    // Either the waiter left now (its callback ran with CANCELLED), or a
+    // Send took it first and runs the callback right after.
+    settled_.WaitForNotification();
+    return !delivered_;
+  }
 
  private:
   static absl::Status WentAway() {
@@ -264,6 +299,8 @@ class WorkerServer::Impl::RecvTensorReactor final
   }
 
   void OnValue(const absl::Status& status, const Tensor& value, bool is_dead) {
+    delivered_ = status.ok();
+    settled_.Notify();
     if (status.ok() && UseDataPlane(value, is_dead)) {
       OfferThroughDataPlane(value);
       return;
@@ -293,6 +330,9 @@ class WorkerServer::Impl::RecvTensorReactor final
   Impl* const impl_;
   CancellationManager cancel_;
   RecvTensorRequest request_;
+  bool registered_ = false;
+  Notification settled_;  // the local Recv completed, one way or the other
+  bool delivered_ = false;  // ... with a value; written before settled_
   std::shared_ptr<TagSend> tag_send_;
   size_t chunk_bytes_ = 0;
   TensorPayload payload_;
@@ -419,6 +459,12 @@ void WorkerServer::Impl::AbortStep(const AbortStepRequest& request) {
           if (--forwards_in_flight_ == 0) forwards_done_.notify_all();
         });
   }
+}
+
+bool WorkerServer::Impl::Withdraw(int64_t step_id, int64_t request_id) {
+  std::lock_guard lock(mu_);
+  auto it = live_recvs_.find({step_id, request_id});
+  return it == live_recvs_.end() || it->second->Withdraw();
 }
 
 absl::Status WorkerServer::Impl::ReleaseTransfers(const ReleaseTransfersRequest& request) {
