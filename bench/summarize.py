@@ -36,6 +36,11 @@ def time_ns(runs):
     return spread(runs, "real_time")  # time_unit is ns unless set
 
 
+def gbps(runs):
+    """'median [min-max]' of a (median, min, max) of bytes/s, in GB/s."""
+    return f"{runs[0] / 1e9:7.3f} [{runs[1] / 1e9:.2f}-{runs[2] / 1e9:.2f}]"
+
+
 def verdict(ok):
     return "met" if ok else "MISSED"
 
@@ -91,8 +96,7 @@ def remote(table):
         if size >= MIB:
             ok = ok and ratio >= 0.8
             bar = f"  bar >= 0.8: {verdict(ratio >= 0.8)}"
-        print(f"  {human(size):>8}  {rdv[0] / 1e9:7.3f} [{rdv[1] / 1e9:.3f}-{rdv[2] / 1e9:.3f}]"
-              f"  {raw[0] / 1e9:7.3f} [{raw[1] / 1e9:.3f}-{raw[2] / 1e9:.3f}]  {ratio:6.2f}{bar}")
+        print(f"  {human(size):>8}  {gbps(rdv):>24}  {gbps(raw):>24}  {ratio:6.2f}{bar}")
     rdv = spread(table["BM_GrpcRecv/64/real_time"], "real_time")
     raw = spread(table["BM_RawGrpcUnary/64/real_time"], "real_time")
     ratio = rdv[0] / raw[0]
@@ -124,8 +128,7 @@ def ucx(label, table, rss_table, perftest_path):
         rdv = spread(table[f"BM_GrpcUcxRecv/{size}/real_time"], "bytes_per_second")
         grpc = spread(table[f"BM_GrpcRecv/{size}/real_time"], "bytes_per_second")
         vs_grpc = rdv[0] / grpc[0]
-        line = (f"  {human(size):>8}  {rdv[0] / 1e9:6.3f} [{rdv[1] / 1e9:.2f}-{rdv[2] / 1e9:.2f}]"
-                f"  {grpc[0] / 1e9:6.3f} [{grpc[1] / 1e9:.2f}-{grpc[2] / 1e9:.2f}]")
+        line = f"  {human(size):>8}  {gbps(rdv):>22}  {gbps(grpc):>22}"
         bars = []
         if size in best:
             peer, test, runs = best[size]

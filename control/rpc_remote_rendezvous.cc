@@ -71,9 +71,9 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
   if (const absl::Status aborted = Track(call); !aborted.ok()) call->Abort(aborted);
   if (cancel != nullptr &&
       !cancel->RegisterCallback(token, [call, key = std::string(key.FullKey())] {
-        call->Abort(absl::CancelledError(absl::StrCat("Recv of '", key, "' was cancelled")));
+        call->Abort(RecvCancelledError(key));
       })) {
-    call->Abort(absl::CancelledError(absl::StrCat("Recv of '", key.FullKey(), "' was cancelled")));
+    call->Abort(RecvCancelledError(key.FullKey()));
   }
   call->Start();
 }
@@ -100,7 +100,7 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
   BlockingRecvTensorCall call(std::move(worker), env_->data_plane, MakeRequest(key), timeout,
                               env_->options.peer_timeout);
   const absl::Status cancelled =
-      absl::CancelledError(absl::StrCat("Recv of '", key.FullKey(), "' was cancelled"));
+      RecvCancelledError(key.FullKey());
   if (const absl::Status aborted = Track(&call); !aborted.ok()) call.Abort(aborted);
   CancellationManager* const cancel = args.cancellation_manager;
   const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;

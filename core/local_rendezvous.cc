@@ -161,7 +161,7 @@ void LocalRendezvous::RecvAsync(const ParsedKey& key, const RendezvousArgs& args
                                     [this, key = std::string(key.FullKey()),
                                      id = waiter->waiter_id] { CancelWaiter(key, id); })) {
         done = std::move(waiter->done);
-        status = absl::CancelledError(absl::StrCat("Recv of '", key.FullKey(), "' was cancelled"));
+        status = RecvCancelledError(key.FullKey());
       } else {
         if (it == shard.table.end()) it = shard.table.try_emplace(key.FullKey()).first;
         it->second.holds_waiters = true;
@@ -188,7 +188,7 @@ void LocalRendezvous::CancelWaiter(const std::string& key, uint64_t id) {
     if (waiter == nullptr) return;
     if (it->second.empty()) shard.table.erase(it);
   }
-  std::move(waiter->done)(absl::CancelledError(absl::StrCat("Recv of '", key, "' was cancelled")),
+  std::move(waiter->done)(RecvCancelledError(key),
                           RendezvousArgs{}, waiter->args, Tensor(), false);
 }
 

@@ -18,6 +18,10 @@ struct BlockingRecvState {
 
 }  // namespace
 
+absl::Status RecvCancelledError(absl::string_view key) {
+  return absl::CancelledError(absl::StrCat("Recv of '", key, "' was cancelled"));
+}
+
 absl::Status Rendezvous::Recv(const ParsedKey& key, const RendezvousArgs& args, Tensor* value,
                               bool* is_dead, absl::Duration timeout) {
   // A private manager lets the timeout withdraw this Recv without
@@ -28,7 +32,7 @@ absl::Status Rendezvous::Recv(const ParsedKey& key, const RendezvousArgs& args, 
   const CancellationManager::Token caller_token = caller_cancel ? caller_cancel->NewToken() : 0;
   if (caller_cancel != nullptr &&
       !caller_cancel->RegisterCallback(caller_token, [&timeout_cancel] { timeout_cancel.StartCancel(); })) {
-    return absl::CancelledError(absl::StrCat("Recv of '", key.FullKey(), "' was cancelled"));
+    return RecvCancelledError(key.FullKey());
   }
   RendezvousArgs recv_args = args;
   recv_args.cancellation_manager = &timeout_cancel;

@@ -39,6 +39,9 @@ using RecvDoneCallback =
     absl::AnyInvocable<void(const absl::Status&, const RendezvousArgs&, const RendezvousArgs&,
                             const Tensor&, bool) &&>;
 
+// CANCELLED, naming the key: how every rendezvous fails a cancelled Recv.
+absl::Status RecvCancelledError(absl::string_view key);
+
 class Rendezvous {
  public:
   virtual ~Rendezvous() = default;
