@@ -102,7 +102,7 @@ absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t re
     transport_->Send(*endpoint, tensor.data(), tensor.TotalBytes(), descriptor.transfer_id(),
                      [this, endpoint, tensor, address = std::string(consumer_address),
                       sent = std::move(sent)](absl::Status status) mutable {
-                       if (absl::IsUnavailable(status)) ForgetEndpoint(address);
+                       if (!status.ok() && !absl::IsCancelled(status)) ForgetEndpoint(address);
                        std::move(sent)(std::move(status));
                      });
     return descriptor;
@@ -147,8 +147,10 @@ void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
   }
   const std::string& address = descriptor.producer_transport_address();
   // The destination stays alive until the transport is done with it.
+  // A failed transfer may leave its endpoint out of service (a verbs QP in
+  // the error state): the next transfer connects anew.
   auto on_done = [this, address, destination, done = std::move(done)](absl::Status status) mutable {
-    if (absl::IsUnavailable(status)) ForgetEndpoint(address);
+    if (!status.ok() && !absl::IsCancelled(status)) ForgetEndpoint(address);
     std::move(done)(std::move(status));
   };
   if (descriptor.op() == RDV_TRANSPORT_OP_TAG) {

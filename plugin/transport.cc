@@ -200,6 +200,15 @@ void Transport::Get(const TransportEndpoint& endpoint, void* local, const Transp
   });
 }
 
+void Transport::Put(const TransportEndpoint& endpoint, const void* local,
+                    const TransportMemory& memory, uint64_t remote_address,
+                    absl::string_view remote_key, size_t length, TransportDone done) const {
+  Post("put", std::move(done), [&](TransportDone* user, rdv_transport_error_t* error) {
+    return api_->post_put(endpoint.handle(), local, memory.handle(), remote_address,
+                          remote_key.data(), remote_key.size(), length, Trampoline, user, error);
+  });
+}
+
 void Transport::Send(const TransportEndpoint& endpoint, const void* local, size_t length,
                      uint64_t tag, TransportDone done) const {
   Post("send", std::move(done), [&](TransportDone* user, rdv_transport_error_t* error) {

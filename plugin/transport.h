@@ -94,6 +94,9 @@ class Transport : public std::enable_shared_from_this<Transport> {
   void Get(const TransportEndpoint& endpoint, void* local, const TransportMemory& memory,
            uint64_t remote_address, absl::string_view remote_key, size_t length,
            TransportDone done) const;
+  void Put(const TransportEndpoint& endpoint, const void* local, const TransportMemory& memory,
+           uint64_t remote_address, absl::string_view remote_key, size_t length,
+           TransportDone done) const;
   void Send(const TransportEndpoint& endpoint, const void* local, size_t length, uint64_t tag,
             TransportDone done) const;
   void Recv(void* local, size_t length, uint64_t tag, TransportDone done) const;

@@ -7,7 +7,6 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,24 +16,15 @@
 #include <thread>
 #include <unordered_map>
 
+#include "plugin/plugin_support.h"
 #include "plugin/rdv_transport.h"
-
-#define RDV_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 
-int SetError(rdv_transport_error_t* error, int code, const char* format, ...)
-    __attribute__((format(printf, 3, 4)));
-
-int SetError(rdv_transport_error_t* error, int code, const char* format, ...) {
-  if (error != nullptr) {
-    va_list args;
-    va_start(args, format);
-    std::vsnprintf(error->message, sizeof(error->message), format, args);
-    va_end(args);
-  }
-  return code;
-}
+using rdv::plugin_support::CopyOut;
+using rdv::plugin_support::SealKey;
+using rdv::plugin_support::SetError;
+using rdv::plugin_support::UnsealKey;
 
 int CodeOf(ucs_status_t status) {
   switch (status) {
@@ -129,6 +119,10 @@ struct Endpoint {
   ucp_ep_h ep = nullptr;
   std::atomic<ucs_status_t> failure{UCS_OK};
   RemoteKeyCache keys;
+  // Reached through shared-memory transports only: their puts are in the
+  // peer's memory when they complete (and a flush on them never completes
+  // in UCX 1.13).
+  bool shared_memory_only = false;
 };
 
 struct Memory {
@@ -140,6 +134,7 @@ struct Memory {
 struct Operation {
   rdv_transport_completion_fn done;
   void* user;
+  ucp_ep_h flush_after = nullptr;  // a put: flushed once locally complete
 };
 
 void Complete(Operation* op, ucs_status_t status) {
@@ -155,6 +150,24 @@ void Complete(Operation* op, ucs_status_t status) {
 void OnSendDone(void* request, ucs_status_t status, void* user) {
   Complete(static_cast<Operation*>(user), status);
   ucp_request_free(request);
+}
+
+// A put's completion only frees the local buffer; the flush after it
+// completes once the bytes are in the peer's memory.
+void OnPutDone(void* request, ucs_status_t status, void* user) {
+  ucp_request_free(request);
+  auto* op = static_cast<Operation*>(user);
+  if (status != UCS_OK) {
+    Complete(op, status);
+    return;
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.send = OnSendDone;
+  param.user_data = op;
+  const ucs_status_ptr_t flush = ucp_ep_flush_nbx(op->flush_after, &param);
+  if (UCS_PTR_IS_ERR(flush)) Complete(op, UCS_PTR_STATUS(flush));
 }
 
 void OnRecvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user) {
@@ -282,19 +295,6 @@ int Query(rdv_transport_context_t handle, rdv_transport_attributes_t* attributes
   return RDV_TRANSPORT_OK;
 }
 
-int CopyOut(const void* data, size_t size, void* buffer, size_t* length,
-            rdv_transport_error_t* error) {
-  if (*length < size) {
-    const size_t capacity = *length;
-    *length = size;
-    return SetError(error, RDV_TRANSPORT_RESOURCE_EXHAUSTED, "needs %zu bytes, buffer has %zu",
-                    size, capacity);
-  }
-  std::memcpy(buffer, data, size);
-  *length = size;
-  return RDV_TRANSPORT_OK;
-}
-
 int LocalAddress(rdv_transport_context_t handle, void* buffer, size_t* length,
                  rdv_transport_error_t* error) {
   Context* context = ContextOf(handle);
@@ -332,6 +332,7 @@ int Connect(rdv_transport_context_t handle, const void* peer_address, size_t,
     params.field_mask &= ~uint64_t{UCP_EP_PARAM_FIELD_ERR_HANDLER};
     params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     status = ucp_ep_create(context->worker, &params, &endpoint->ep);
+    endpoint->shared_memory_only = true;
     if (status == UCS_OK) {
       context->Log(2, "UCX endpoint without peer-failure handling (transports lack it)");
     }
@@ -419,24 +420,6 @@ void MemRelease(rdv_transport_memory_t handle) {
   delete memory;
 }
 
-// Packed remote keys travel with a header: UCX unpacks whatever bytes it is
-// given and crashes on garbage, so a key that was cut or corrupted on the
-// way must be refused before it reaches UCX.
-struct KeyHeader {
-  uint32_t magic;
-  uint32_t length;
-  uint64_t checksum;
-};
-constexpr uint32_t kKeyMagic = 0x4b564452;  // "RDVK"
-
-uint64_t Fnv1a(const void* data, size_t size) {
-  uint64_t hash = 14695981039346656037ull;
-  for (size_t i = 0; i < size; ++i) {
-    hash = (hash ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
-  }
-  return hash;
-}
-
 int MemPack(rdv_transport_memory_t handle, void* buffer, size_t* length,
             rdv_transport_error_t* error) {
   auto* memory = reinterpret_cast<Memory*>(handle);
@@ -444,25 +427,9 @@ int MemPack(rdv_transport_memory_t handle, void* buffer, size_t* length,
   size_t size = 0;
   const ucs_status_t status = ucp_rkey_pack(memory->context->ucp, memory->memh, &key, &size);
   if (status != UCS_OK) return UcxError(error, status, "ucp_rkey_pack");
-  std::string packed(sizeof(KeyHeader) + size, '\0');
-  const KeyHeader header{kKeyMagic, static_cast<uint32_t>(size), Fnv1a(key, size)};
-  std::memcpy(packed.data(), &header, sizeof(header));
-  std::memcpy(packed.data() + sizeof(header), key, size);
+  const std::string packed = SealKey(key, size);
   ucp_rkey_buffer_release(key);
   return CopyOut(packed.data(), packed.size(), buffer, length, error);
-}
-
-// The UCX key inside a packed key, or null when the bytes are not one.
-const void* CheckedKey(const void* packed, size_t length) {
-  KeyHeader header;
-  if (length < sizeof(header)) return nullptr;
-  std::memcpy(&header, packed, sizeof(header));
-  const void* key = static_cast<const char*>(packed) + sizeof(header);
-  if (header.magic != kKeyMagic || header.length != length - sizeof(header) ||
-      header.checksum != Fnv1a(key, header.length)) {
-    return nullptr;
-  }
-  return key;
 }
 
 // Posts through `start`, which returns UCX's request; the operation always
@@ -501,15 +468,15 @@ int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_addres
             const void* remote_key, size_t remote_key_length, size_t length,
             rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error) {
   auto* endpoint = reinterpret_cast<Endpoint*>(handle);
-  const void* key = CheckedKey(remote_key, remote_key_length);
+  size_t key_length = 0;
+  const void* key = UnsealKey(remote_key, remote_key_length, &key_length);
   if (key == nullptr) {
     return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
                     "the peer's memory descriptor is not a UCX key packed by rdv (%zu bytes, "
                     "truncated or corrupted)", remote_key_length);
   }
   ucp_rkey_h rkey = nullptr;
-  const ucs_status_t unpacked = endpoint->keys.Get(endpoint->ep, key,
-                                                   remote_key_length - sizeof(KeyHeader), &rkey);
+  const ucs_status_t unpacked = endpoint->keys.Get(endpoint->ep, key, key_length, &rkey);
   if (unpacked != UCS_OK) {
     return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
                     "the peer's memory descriptor does not unpack: %s",
@@ -517,9 +484,13 @@ int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_addres
   }
   auto* op = new Operation{done, user};
   return Post(endpoint, endpoint->context, op, [&] {
-    const ucp_request_param_t param = SendParam(op);
-    return kGet ? ucp_get_nbx(endpoint->ep, local, length, remote_address, rkey, &param)
-                : ucp_put_nbx(endpoint->ep, local, length, remote_address, rkey, &param);
+    ucp_request_param_t param = SendParam(op);
+    if (kGet) return ucp_get_nbx(endpoint->ep, local, length, remote_address, rkey, &param);
+    if (!endpoint->shared_memory_only) {
+      op->flush_after = endpoint->ep;
+      param.cb.send = OnPutDone;
+    }
+    return ucp_put_nbx(endpoint->ep, local, length, remote_address, rkey, &param);
   }, error, kGet ? "ucp_get_nbx" : "ucp_put_nbx");
 }
 
@@ -573,4 +544,4 @@ const rdv_transport_v1_t kTransport = {
 
 }  // namespace
 
-RDV_EXPORT const rdv_transport_v1_t* rdv_transport_v1(void) { return &kTransport; }
+RDV_PLUGIN_EXPORT const rdv_transport_v1_t* rdv_transport_v1(void) { return &kTransport; }
