@@ -7,7 +7,11 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -34,16 +38,58 @@ struct ProtocolSetting {
   const char* name;      // test name suffix
   const char* protocol;  // --protocol
   const char* ucx_tls;   // UCX_TLS, or null
+  bool needs_rdma = false;  // runs on an RDMA device (tests/softroce runs it)
+};
+
+// The largest tensor a test moves: RDV_TEST_MAX_BYTES, where the wire is
+// slow (SoftRoCE under emulation moves tens of MB/s).
+int64_t Capped(int64_t bytes) {
+  const char* text = std::getenv("RDV_TEST_MAX_BYTES");
+  return text == nullptr ? bytes : std::min<int64_t>(bytes, std::strtoll(text, nullptr, 10));
+}
+
+bool HaveRdmaDevice() {
+  std::error_code error;
+  return !std::filesystem::is_empty("/sys/class/infiniband", error) && !error;
+}
+
+// Sets variables for the lifetime of the object, then puts them back.
+class ScopedEnv {
+ public:
+  void Set(const char* name, const std::string& value) {
+    const char* old = std::getenv(name);
+    saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      it->second ? setenv(it->first.c_str(), it->second->c_str(), 1)
+                 : unsetenv(it->first.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
 class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
  protected:
   void SetUp() override {
+    if (GetParam().needs_rdma && !HaveRdmaDevice()) {
+      if (std::getenv("RDV_TEST_REQUIRE_RDMA") != nullptr) FAIL() << "no RDMA device";
+      GTEST_SKIP() << "no RDMA device on this machine (tests/softroce runs these)";
+    }
     // The consumer (this process) and the producer (its child) both read it.
     if (GetParam().ucx_tls != nullptr) {
       setenv("UCX_TLS", GetParam().ucx_tls, 1);
     } else {
       unsetenv("UCX_TLS");
+    }
+    if (GetParam().needs_rdma && GetParam().ucx_tls != nullptr) {
+      rdma_env_.Set("UCX_UD_VERBS_ETH_DGID_CHECK", "n");
+      if (const char* device = std::getenv("RDV_IB_DEVICE")) {
+        rdma_env_.Set("UCX_NET_DEVICES", absl::StrCat(device, ":1"));
+      }
     }
     WorkerServerOptions options;
     options.task = 1;
@@ -65,6 +111,14 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
   }
 
   void StartProducer() {
+    // With RDV_TEST_PEER_IB_DEVICE the producer uses another device, so the
+    // bytes cross the wire between the two.
+    ScopedEnv producer_env;
+    if (const char* peer = std::getenv("RDV_TEST_PEER_IB_DEVICE");
+        peer != nullptr && GetParam().needs_rdma) {
+      producer_env.Set("RDV_IB_DEVICE", peer);
+      producer_env.Set("UCX_NET_DEVICES", absl::StrCat(peer, ":1"));
+    }
     auto producer = WorkerProcess::Start(
         {"--task=0", "--listen=127.0.0.1:0", "--enable_driver",
          absl::StrCat("--protocol=", GetParam().protocol),
@@ -127,6 +181,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
 
+  ScopedEnv rdma_env_;  // declared first: restored after the workers are gone
   std::unique_ptr<WorkerServer> consumer_;
   std::unique_ptr<WorkerProcess> producer_;
   std::unique_ptr<DriverService::Stub> driver_;
@@ -190,7 +245,7 @@ TEST_P(RemoteConformanceTest, ThousandKeysInFlight) {
 TEST_P(RemoteConformanceTest, SizesArriveByteExact) {
   int64_t step = 10;
   for (int64_t bytes : {int64_t{0}, int64_t{1}, int64_t{4} << 10, int64_t{1} << 20,
-                        int64_t{256} << 20}) {
+                        Capped(int64_t{256} << 20)}) {
     const ParsedKey key = Key(absl::StrCat("size", bytes));
     ASSERT_TRUE(Produce(step, {Item(key, DType::kUInt8, {bytes}, 11)}).ok());
     Tensor value;
@@ -206,6 +261,7 @@ TEST_P(RemoteConformanceTest, SizesArriveByteExact) {
 // Above protobuf's 2 GiB message limit: the stream carries it in chunks.
 TEST_P(RemoteConformanceTest, Above2GiBArrives) {
   const int64_t bytes = (int64_t{5} << 29) + 3;  // 2.5 GiB and a bit
+  if (Capped(bytes) < bytes) GTEST_SKIP() << "RDV_TEST_MAX_BYTES is below 2.5 GiB";
   const ParsedKey key = Key("huge");
   ASSERT_TRUE(Produce(15, {Item(key, DType::kUInt8, {bytes}, 13)}).ok());
   Tensor value;
@@ -332,7 +388,7 @@ TEST_P(RemoteConformanceTest, HungProducerFailsPendingRecvWithinPeerTimeout) {
 
 TEST_P(RemoteConformanceTest, ProducerKilledMidTransferNeverCorrupts) {
   const ParsedKey key = Key("big");
-  ASSERT_TRUE(Produce(27, {Item(key, DType::kUInt8, {int64_t{256} << 20}, 9)}).ok());
+  ASSERT_TRUE(Produce(27, {Item(key, DType::kUInt8, {Capped(int64_t{256} << 20)}, 9)}).ok());
   RecvResult result;
   consumer_->rendezvous_mgr().Find(27)->RecvAsync(key, {}, result.Capture());
   producer_->Kill();
@@ -470,7 +526,10 @@ INSTANTIATE_TEST_SUITE_P(
     Protocols, RemoteConformanceTest,
     ::testing::Values(ProtocolSetting{"grpc", "grpc", nullptr},
                       ProtocolSetting{"grpc_ucx_tcp", "grpc+ucx", "tcp"},
-                      ProtocolSetting{"grpc_ucx_shm", "grpc+ucx", "posix,cma,self"}),
+                      ProtocolSetting{"grpc_ucx_shm", "grpc+ucx", "posix,cma,self"},
+                      ProtocolSetting{"grpc_verbs", "grpc+verbs", nullptr, true},
+                      // UCX over SoftRoCE needs UCX_UD_VERBS_ETH_DGID_CHECK=n.
+                      ProtocolSetting{"grpc_ucx_rdma", "grpc+ucx", "rc_verbs,ud_verbs", true}),
     [](const ::testing::TestParamInfo<ProtocolSetting>& param_info) {
       return std::string(param_info.param.name);
     });
