@@ -1,0 +1,469 @@
+// rdv-bench: Send -> Recv bandwidth and latency between two worker
+// processes, over any protocol rdv speaks, in the manner of perftest.
+//
+//   rdv-bench --local --protocol grpc+ucx --sizes 4K:64M      # spawns its peer
+//   rdv-bench --server --listen 0.0.0.0:18515 --protocol grpc+verbs
+//   rdv-bench --client host:18515 --protocol grpc+verbs --json out.json
+//
+// The peer (the producer) Sends tensors filled with a known pattern; this
+// process Recvs them, times each Recv, and checks every byte afterwards
+// (outside the timed region) unless --no_verify. A mismatch is an error,
+// never a figure. Results go to stdout as a table, and to --json / --csv /
+// --plot (a PNG drawn by gnuplot) when asked.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "control/protocol.h"
+#include "control/tensor_pattern.h"
+#include "control/worker_process.h"
+#include "control/worker_server.h"
+#include "core/device_copy.h"
+#include "core/notification.h"
+
+ABSL_FLAG(bool, local, false, "spawn the peer worker on 127.0.0.1 and measure against it");
+ABSL_FLAG(bool, server, false, "be the peer: serve Sends until SIGINT/SIGTERM");
+ABSL_FLAG(std::string, client, "", "measure against the --server at HOST:PORT");
+ABSL_FLAG(std::string, listen, "0.0.0.0:18515", "with --server: host:port to listen on");
+ABSL_FLAG(std::string, protocol, "grpc+ucx", "grpc, grpc+ucx or grpc+verbs");
+ABSL_FLAG(std::string, sizes, "4K:64M",
+          "tensor sizes in bytes: a doubling range LOW:HIGH, or a list A,B,C (K, M, G suffixes)");
+ABSL_FLAG(int, iters, 0, "Recvs per size (0: enough for 256 MiB, 5 to 1000)");
+ABSL_FLAG(double, time_s, 0, "seconds per size instead of a count (0: use --iters)");
+ABSL_FLAG(int, warmup, 3, "untimed Recvs per size first");
+ABSL_FLAG(int, in_flight, 1, "Recvs in flight at once");
+ABSL_FLAG(std::string, memory, "host", "where received tensors land: host, or cuda (GPU 0)");
+ABSL_FLAG(std::string, direction, "pull", "pull (the consumer reads); push is not built yet");
+ABSL_FLAG(bool, no_verify, false, "skip checking the received bytes");
+ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
+ABSL_FLAG(std::string, csv, "", "write the results as CSV to this file");
+ABSL_FLAG(std::string, plot, "", "draw bandwidth against size to this PNG (needs gnuplot)");
+
+namespace rdv::control {
+namespace {
+
+constexpr char kProducerCpu[] = "/job:worker/replica:0/task:0/device:CPU:0";
+constexpr absl::Duration kPeerStartLimit = absl::Seconds(60);
+
+struct Row {
+  int64_t size_bytes = 0;
+  int iterations = 0;
+  double bw_GBps_avg = 0;
+  double bw_GBps_peak = 0;
+  double lat_us_p50 = 0;
+  double lat_us_p99 = 0;
+};
+
+absl::StatusOr<int64_t> ParseSize(absl::string_view text) {
+  int64_t scale = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'K': case 'k': scale = int64_t{1} << 10; break;
+      case 'M': case 'm': scale = int64_t{1} << 20; break;
+      case 'G': case 'g': scale = int64_t{1} << 30; break;
+      default: break;
+    }
+    if (scale != 1) text.remove_suffix(1);
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--sizes: '", text, "' is not a size"));
+  }
+  return value * scale;
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseSizes(absl::string_view text) {
+  std::vector<int64_t> sizes;
+  if (std::vector<absl::string_view> range = absl::StrSplit(text, ':'); range.size() == 2) {
+    RDV_ASSIGN_OR_RETURN(int64_t low, ParseSize(range[0]));
+    RDV_ASSIGN_OR_RETURN(const int64_t high, ParseSize(range[1]));
+    if (low <= 0 || high < low) {
+      return absl::InvalidArgumentError("--sizes LOW:HIGH needs 0 < LOW <= HIGH");
+    }
+    for (; low <= high; low *= 2) sizes.push_back(low);
+    return sizes;
+  }
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    RDV_ASSIGN_OR_RETURN(const int64_t size, ParseSize(item));
+    sizes.push_back(size);
+  }
+  return sizes;
+}
+
+// The environment that chose the transport's path, for the results.
+std::string TransportEnv(const std::string& protocol) {
+  const char* name = protocol == "grpc+ucx" ? "UCX_TLS" : protocol == "grpc+verbs" ? "RDV_IB_DEVICE" : nullptr;
+  const char* value = name ? std::getenv(name) : nullptr;
+  return value ? absl::StrCat(name, "=", value) : "";
+}
+
+double Percentile(std::vector<double> values, double fraction) {
+  std::sort(values.begin(), values.end());
+  const size_t index = std::min(values.size() - 1, static_cast<size_t>(fraction * values.size()));
+  return values[index];
+}
+
+class Bench {
+ public:
+  absl::Status Connect();
+  absl::StatusOr<Row> Measure(int64_t size);
+
+ private:
+  absl::Status Produce(int64_t step, int64_t size, int count, uint32_t seed);
+  // Receives `count` tensors at once (one window of --in_flight) into
+  // `received`; appends each transfer's seconds to `latencies`.
+  absl::Status Receive(int64_t step, int64_t size, int count, std::vector<double>* latencies,
+                       std::vector<Tensor>* received);
+  // Checks every byte, unless --no_verify.
+  static absl::Status Verify(const std::vector<Tensor>& received, uint32_t seed);
+
+  std::unique_ptr<WorkerProcess> peer_process_;
+  std::unique_ptr<WorkerServer> consumer_;
+  std::unique_ptr<DriverService::Stub> driver_;
+  std::unique_ptr<WorkerService::Stub> worker_;
+  std::string peer_address_;
+  uint64_t peer_incarnation_ = 0;
+  int64_t next_step_ = 1;
+  std::string key_;
+};
+
+absl::Status Bench::Connect() {
+  const std::string protocol = absl::GetFlag(FLAGS_protocol);
+  if (absl::GetFlag(FLAGS_local)) {
+    RDV_ASSIGN_OR_RETURN(peer_process_,
+                         WorkerProcess::Start({"--task=0", "--listen=127.0.0.1:0", "--enable_driver",
+                                               absl::StrCat("--protocol=", protocol),
+                                               "--cluster=worker=127.0.0.1:1,127.0.0.1:1"},
+                                              kPeerStartLimit));
+    peer_address_ = peer_process_->address();
+  } else {
+    peer_address_ = absl::GetFlag(FLAGS_client);
+  }
+  WorkerServerOptions options;
+  options.task = 1;
+  options.protocol = protocol;
+  options.listen_address = "127.0.0.1:0";
+  RDV_ASSIGN_OR_RETURN(options.cluster,
+                       ClusterSpec::FromFlag(absl::StrCat("worker=", peer_address_, ",127.0.0.1:1")));
+  RDV_ASSIGN_OR_RETURN(options.control, ControlOptions::FromEnvironment());
+  RDV_ASSIGN_OR_RETURN(consumer_, WorkerServer::Start(options));
+  auto channel = grpc::CreateCustomChannel(peer_address_, grpc::InsecureChannelCredentials(),
+                                           PeerChannelArguments(options.control));
+  driver_ = DriverService::NewStub(channel);
+  worker_ = WorkerService::NewStub(channel);
+  // The keys name the peer's incarnation: ask it.
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options.control.peer_timeout));
+  HandshakeRequest request;
+  request.set_worker_name(consumer_->worker_name());
+  request.set_incarnation(consumer_->incarnation());
+  request.set_protocol_version(kProtocolVersion);
+  HandshakeResponse response;
+  if (const grpc::Status status = worker_->Handshake(&context, request, &response); !status.ok()) {
+    return absl::UnavailableError(absl::StrCat("no rdv-bench server at ", peer_address_, ": ",
+                                               status.error_message()));
+  }
+  peer_incarnation_ = response.incarnation();
+  const std::string destination =
+      absl::GetFlag(FLAGS_memory) == "cuda" ? "/device:GPU:0" : "/device:CPU:0";
+  key_ = CreateRendezvousKey(kProducerCpu, peer_incarnation_,
+                             absl::StrCat(consumer_->worker_name(), destination), "edge_1_bench");
+  return absl::OkStatus();
+}
+
+absl::Status Bench::Produce(int64_t step, int64_t size, int count, uint32_t seed) {
+  ProduceRequest request;
+  request.set_step_id(step);
+  for (int i = 0; i < count; ++i) {
+    ProduceItem* item = request.add_items();
+    item->set_rendezvous_key(key_);
+    item->set_dtype(static_cast<int>(DType::kUInt8));
+    item->add_dims(size);
+    item->set_seed(seed);
+  }
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(1)));
+  ProduceResponse response;
+  const grpc::Status status = driver_->Produce(&context, request, &response);
+  if (!status.ok()) {
+    return absl::UnavailableError(absl::StrCat("the peer refused to Send (is it an rdv-bench "
+                                               "--server or a worker with --enable_driver?): ",
+                                               status.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Bench::Receive(int64_t step, int64_t size, int count,
+                            std::vector<double>* latencies, std::vector<Tensor>* received) {
+  const ParsedKey key = *ParsedKey::Parse(key_);
+  auto rendezvous = consumer_->rendezvous_mgr().Find(step);
+  {
+    const int n = count;
+    std::vector<Tensor> values(n);
+    std::vector<absl::Status> statuses(n);
+    std::vector<absl::Time> ends(n);
+    std::vector<Notification> finished(n);
+    const absl::Time start = absl::Now();
+    for (int i = 0; i < n; ++i) {
+      rendezvous->RecvAsync(key, {}, [&, i](const absl::Status& status, const RendezvousArgs&,
+                                            const RendezvousArgs&, const Tensor& value, bool) {
+        ends[i] = absl::Now();
+        statuses[i] = status;
+        values[i] = value;
+        finished[i].Notify();
+      });
+    }
+    for (int i = 0; i < n; ++i) {
+      if (!finished[i].WaitForNotificationWithTimeout(absl::Minutes(5))) {
+        return absl::DeadlineExceededError("a Recv took over 5 minutes");
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      RDV_RETURN_IF_ERROR(statuses[i]);
+      if (values[i].TotalBytes() != static_cast<size_t>(size)) {
+        return absl::DataLossError(absl::StrCat("received ", values[i].TotalBytes(),
+                                                " bytes, expected ", size));
+      }
+      latencies->push_back(absl::ToDoubleSeconds(ends[i] - start));
+      received->push_back(std::move(values[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Bench::Verify(const std::vector<Tensor>& received, uint32_t seed) {
+  if (absl::GetFlag(FLAGS_no_verify)) return absl::OkStatus();
+  for (const Tensor& value : received) {
+    Tensor host = value;
+    if (!value.location().is_host()) {
+      Notification copied;
+      absl::Status status;
+      CopyTensorAsync(value, MemoryLocation::Host(), [&](absl::StatusOr<Tensor> copy) {
+        status = copy.status();
+        if (copy.ok()) host = *std::move(copy);
+        copied.Notify();
+      });
+      copied.WaitForNotification();
+      RDV_RETURN_IF_ERROR(status);
+    }
+    RDV_RETURN_IF_ERROR(VerifyPattern(host, seed));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Row> Bench::Measure(int64_t size) {
+  const int64_t step = next_step_++;
+  const uint32_t seed = static_cast<uint32_t>(step);
+  const int batch = std::max(32, absl::GetFlag(FLAGS_in_flight));
+  const double time_s = absl::GetFlag(FLAGS_time_s);
+  int iterations = absl::GetFlag(FLAGS_iters);
+  if (iterations <= 0) {
+    iterations = static_cast<int>(std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(size, 1), 5, 1000));
+  }
+  const int window = absl::GetFlag(FLAGS_in_flight);
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  std::vector<double> latencies;
+  double busy = 0;
+  double best_window = 0;  // bytes per second of the fastest window
+  int buffered = 0;  // Sent by the peer, not received yet
+  const absl::Time deadline = absl::Now() + absl::Seconds(time_s);
+  for (int round = 0; round * window < warmup ||
+                      (time_s > 0 ? absl::Now() < deadline
+                                  : static_cast<int>(latencies.size()) < iterations);
+       ++round) {
+    const bool warm = round * window >= warmup;
+    const int count = warm && time_s <= 0
+                          ? std::min(window, iterations - static_cast<int>(latencies.size()))
+                          : window;
+    if (buffered < count) {
+      RDV_RETURN_IF_ERROR(Produce(step, size, batch, seed));
+      buffered += batch;
+    }
+    std::vector<double> window_latencies;
+    std::vector<Tensor> received;
+    const absl::Time start = absl::Now();
+    RDV_RETURN_IF_ERROR(Receive(step, size, count, &window_latencies, &received));
+    const double took = absl::ToDoubleSeconds(absl::Now() - start);
+    buffered -= count;
+    RDV_RETURN_IF_ERROR(Verify(received, seed));
+    if (!warm) continue;
+    busy += took;
+    best_window = std::max(best_window, static_cast<double>(size) * count / took);
+    latencies.insert(latencies.end(), window_latencies.begin(), window_latencies.end());
+  }
+  consumer_->rendezvous_mgr().Cleanup(step);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  CleanupStepRequest cleanup;
+  cleanup.set_step_id(step);
+  CleanupStepResponse cleaned;
+  (void)worker_->CleanupStep(&context, cleanup, &cleaned);
+
+  Row row;
+  row.size_bytes = size;
+  row.iterations = static_cast<int>(latencies.size());
+  const double bytes = static_cast<double>(size);
+  row.bw_GBps_avg = bytes * row.iterations / busy / 1e9;
+  row.bw_GBps_peak = best_window / 1e9;
+  row.lat_us_p50 = Percentile(latencies, 0.5) * 1e6;
+  row.lat_us_p99 = Percentile(latencies, 0.99) * 1e6;
+  return row;
+}
+
+void PrintRow(const Row& row) {
+  std::printf(" %-12lld %-12d %-16.3f %-18.3f %-14.1f %-14.1f\n",
+              static_cast<long long>(row.size_bytes), row.iterations, row.bw_GBps_peak,
+              row.bw_GBps_avg, row.lat_us_p50, row.lat_us_p99);
+  std::fflush(stdout);
+}
+
+absl::Status WriteResults(const std::vector<Row>& rows) {
+  const std::string protocol = absl::GetFlag(FLAGS_protocol);
+  const std::string env = TransportEnv(protocol);
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream out(path);
+    out << "[\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      out << absl::StrFormat(
+          "  {\"subject\": \"rdv:%s\", \"transport_env\": \"%s\", \"size_bytes\": %d, "
+          "\"iterations\": %d, \"bw_GBps_avg\": %.6f, \"bw_GBps_peak\": %.6f, "
+          "\"lat_us_p50\": %.3f, \"lat_us_p99\": %.3f, \"verified\": %s}%s\n",
+          protocol, env, r.size_bytes, r.iterations, r.bw_GBps_avg, r.bw_GBps_peak, r.lat_us_p50,
+          r.lat_us_p99, absl::GetFlag(FLAGS_no_verify) ? "false" : "true",
+          i + 1 < rows.size() ? "," : "");
+    }
+    out << "]\n";
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write --json ", path));
+  }
+  const std::string csv = absl::GetFlag(FLAGS_csv);
+  const std::string plot = absl::GetFlag(FLAGS_plot);
+  const std::string data = !csv.empty() ? csv : plot.empty() ? "" : plot + ".csv";
+  if (!data.empty()) {
+    std::ofstream out(data);
+    out << "subject,transport_env,size_bytes,iterations,bw_GBps_avg,bw_GBps_peak,lat_us_p50,"
+           "lat_us_p99\n";
+    for (const Row& r : rows) {
+      out << absl::StrFormat("rdv:%s,%s,%d,%d,%.6f,%.6f,%.3f,%.3f\n", protocol, env, r.size_bytes,
+                             r.iterations, r.bw_GBps_avg, r.bw_GBps_peak, r.lat_us_p50,
+                             r.lat_us_p99);
+    }
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", data));
+  }
+  if (!plot.empty()) {
+    const std::string script = absl::StrFormat(
+        "set terminal pngcairo size 900,600; set output '%s'; set datafile separator ','; "
+        "set logscale xy; set xlabel 'tensor bytes'; set ylabel 'GB/s'; set key left top; "
+        "set title 'rdv-bench %s'; plot '%s' skip 1 using 3:5 with linespoints title 'rdv:%s'",
+        plot, protocol, data, protocol);
+    const std::string command = absl::StrCat("gnuplot -e \"", script, "\"");
+    if (std::system(command.c_str()) != 0) {
+      return absl::UnavailableError("--plot: gnuplot failed (is gnuplot installed? scripts/setup "
+                                    "installs it)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServeUntilSignal() {
+  WorkerServerOptions options;
+  options.task = 0;
+  options.enable_driver = true;
+  options.protocol = absl::GetFlag(FLAGS_protocol);
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  RDV_ASSIGN_OR_RETURN(options.cluster,
+                       ClusterSpec::FromFlag(absl::StrCat("worker=", options.listen_address)));
+  RDV_ASSIGN_OR_RETURN(options.control, ControlOptions::FromEnvironment());
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  RDV_ASSIGN_OR_RETURN(std::unique_ptr<WorkerServer> server, WorkerServer::Start(options));
+  std::printf("rdv-bench server %s on %s; stop with Ctrl-C\n", options.protocol.c_str(),
+              server->address().c_str());
+  std::fflush(stdout);
+  int signal = 0;
+  sigwait(&signals, &signal);
+  return absl::OkStatus();
+}
+
+absl::Status CheckFlags() {
+  const int modes = absl::GetFlag(FLAGS_local) + absl::GetFlag(FLAGS_server) +
+                    !absl::GetFlag(FLAGS_client).empty();
+  if (modes != 1) return absl::InvalidArgumentError("give exactly one of --local, --server, --client");
+  const std::string protocol = absl::GetFlag(FLAGS_protocol);
+  if (protocol != "grpc" && protocol != "grpc+ucx" && protocol != "grpc+verbs") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--protocol '", protocol, "': use grpc, grpc+ucx or grpc+verbs"));
+  }
+  if (absl::GetFlag(FLAGS_direction) != "pull") {
+    return absl::UnimplementedError("--direction push is not built yet: rdv pulls (the consumer reads)");
+  }
+  if (absl::GetFlag(FLAGS_memory) != "host" && absl::GetFlag(FLAGS_memory) != "cuda") {
+    return absl::InvalidArgumentError("--memory: use host or cuda");
+  }
+  if (absl::GetFlag(FLAGS_in_flight) < 1 || absl::GetFlag(FLAGS_warmup) < 0) {
+    return absl::InvalidArgumentError("--in_flight must be >= 1 and --warmup >= 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run() {
+  RDV_RETURN_IF_ERROR(CheckFlags());
+  if (absl::GetFlag(FLAGS_server)) return ServeUntilSignal();
+  RDV_ASSIGN_OR_RETURN(const std::vector<int64_t> sizes, ParseSizes(absl::GetFlag(FLAGS_sizes)));
+  Bench bench;
+  RDV_RETURN_IF_ERROR(bench.Connect());
+  const std::string env = TransportEnv(absl::GetFlag(FLAGS_protocol));
+  std::printf("rdv-bench: protocol %s%s%s, %s memory, %d in flight, %s\n",
+              absl::GetFlag(FLAGS_protocol).c_str(), env.empty() ? "" : ", ", env.c_str(),
+              absl::GetFlag(FLAGS_memory).c_str(), absl::GetFlag(FLAGS_in_flight),
+              absl::GetFlag(FLAGS_no_verify) ? "not verified" : "every byte verified");
+  std::printf(" %-12s %-12s %-16s %-18s %-14s %-14s\n", "#bytes", "#iterations", "BW peak[GB/s]",
+              "BW average[GB/s]", "lat p50[us]", "lat p99[us]");
+  std::vector<Row> rows;
+  for (const int64_t size : sizes) {
+    if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r  measuring %lld bytes...", static_cast<long long>(size));
+    RDV_ASSIGN_OR_RETURN(Row row, bench.Measure(size));
+    if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r%30s\r", "");
+    PrintRow(row);
+    rows.push_back(row);
+  }
+  return WriteResults(rows);
+}
+
+}  // namespace
+}  // namespace rdv::control
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Send->Recv bandwidth and latency between two rdv workers.\n"
+      "  rdv-bench --local [--protocol grpc+ucx] [--sizes 4K:64M]\n"
+      "  rdv-bench --server [--listen 0.0.0.0:18515] [--protocol ...]\n"
+      "  rdv-bench --client HOST:PORT [--protocol ...] [--json F] [--csv F] [--plot F.png]");
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status status = rdv::control::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "rdv-bench: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
