@@ -20,7 +20,7 @@ build = sys.argv[1]
 sizes = [int(s) for s in sys.argv[2:]] or [64 << 10, 1 << 20, 4 << 20]
 REPS = 3
 BAR = 0.9
-IN_FLIGHT = 4  # Recvs in flight, as perftest keeps reads in flight
+IN_FLIGHT = 8  # Recvs in flight, as perftest keeps reads in flight
 bench = os.path.join(build, "apps", "rdv-bench")
 
 
@@ -59,8 +59,10 @@ def perftest(tool, size):
 
 def rdv(protocol, env, size):
     port = 18515
-    server_env = dict(os.environ, RDV_IB_DEVICE="rxe1", **env)
-    client_env = dict(os.environ, RDV_IB_DEVICE="rxe0", **env)
+    # Under emulation a busy guest answers slowly: a generous peer timeout.
+    slow = dict(env, RDV_PEER_TIMEOUT_MS="30000")
+    server_env = dict(os.environ, RDV_IB_DEVICE="rxe1", **slow)
+    client_env = dict(os.environ, RDV_IB_DEVICE="rxe0", **slow)
     if "UCX_TLS" in env:
         server_env["UCX_NET_DEVICES"] = "rxe1:1"
         client_env["UCX_NET_DEVICES"] = "rxe0:1"
