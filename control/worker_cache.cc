@@ -1,6 +1,8 @@
 #include "control/worker_cache.h"
 
 #include <grpcpp/create_channel.h>
+
+#include <algorithm>
 #include <grpcpp/security/credentials.h>
 
 #include "control/protocol.h"
@@ -17,9 +19,13 @@ grpc::ChannelArguments PeerChannelArguments(const ControlOptions& options) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, half_timeout_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // gRPC also takes the minimum backoff as the time one connection attempt
+  // may take (TCP and HTTP/2 handshake): a quarter of the peer timeout lets
+  // a loaded or emulated host connect, and still retries a few times.
+  const int attempt_ms = std::clamp(half_timeout_ms / 2, 200, 5000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, attempt_ms);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, attempt_ms);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, std::max(attempt_ms, 1000));
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
   // One connection per peer and channel, not shared with other channels:
   // a worker's channels are independent of each other.
