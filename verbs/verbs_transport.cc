@@ -16,6 +16,7 @@
 // with UNAVAILABLE, and rdv makes a new endpoint (a new QP) for the next
 // transfer. Nothing here aborts the process.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
@@ -37,6 +38,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -136,6 +138,12 @@ struct QpInfo {
 };
 constexpr uint32_t kQpInfoMagic = 0x51564452;  // "RDVQ"
 
+// How GPU memory reaches the NIC, chosen once per context the way NCCL's
+// IB plugin does: dma-buf when the driver, the kernel and the provider
+// support it, else nvidia-peermem when it is loaded, else not at all (rdv
+// then stages GPU tensors through host memory).
+enum class GpuPath { kNone, kDmaBuf, kPeerMem };
+
 struct Context;
 struct Endpoint;
 
@@ -192,6 +200,7 @@ struct Context {
   int gid_index = 0;
   std::string description;
   WireAddress address{};
+  GpuPath gpu_path = GpuPath::kNone;
 
   int listener = -1;
   int wake = -1;  // eventfd: stops the threads
@@ -245,6 +254,98 @@ std::string GidText(const ibv_gid& gid) {
   char text[INET6_ADDRSTRLEN];
   inet_ntop(AF_INET6, gid.raw, text, sizeof(text));
   return text;
+}
+
+// --------------------------------------------------------------- GPU memory
+
+// The CUDA driver, opened at run time so that the plugin neither needs the
+// CUDA toolkit to build nor a GPU to load. Only what registration needs.
+struct CudaDriver {
+  using Result = int;  // CUresult; 0 is CUDA_SUCCESS
+  using DevicePtr = unsigned long long;
+  static constexpr int kDmaBufFd = 1;            // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+  static constexpr int kDmaBufSupported = 124;   // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+
+  Result (*init)(unsigned) = nullptr;
+  Result (*device_get)(int*, int) = nullptr;
+  Result (*device_attribute)(int*, int, int) = nullptr;
+  Result (*primary_retain)(void**, int) = nullptr;
+  Result (*push)(void*) = nullptr;
+  Result (*pop)(void**) = nullptr;
+  Result (*address_range)(DevicePtr*, size_t*, DevicePtr) = nullptr;
+  Result (*handle_for_range)(void*, DevicePtr, size_t, int, unsigned long long) = nullptr;
+
+  // Null when there is no driver (or no GPU).
+  static const CudaDriver* Get() {
+    static const CudaDriver* driver = Open();
+    return driver;
+  }
+
+ private:
+  static const CudaDriver* Open() {
+    void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (library == nullptr) return nullptr;
+    auto* driver = new CudaDriver;
+    auto bind = [library](auto* function, const char* name) {
+      *function = reinterpret_cast<std::remove_pointer_t<decltype(function)>>(dlsym(library, name));
+      return *function != nullptr;
+    };
+    const bool complete = bind(&driver->init, "cuInit") &&
+                          bind(&driver->device_get, "cuDeviceGet") &&
+                          bind(&driver->device_attribute, "cuDeviceGetAttribute") &&
+                          bind(&driver->primary_retain, "cuDevicePrimaryCtxRetain") &&
+                          bind(&driver->push, "cuCtxPushCurrent_v2") &&
+                          bind(&driver->pop, "cuCtxPopCurrent_v2") &&
+                          bind(&driver->address_range, "cuMemGetAddressRange_v2");
+    bind(&driver->handle_for_range, "cuMemGetHandleForAddressRange");  // CUDA >= 11.7
+    if (!complete || driver->init(0) != 0) {
+      delete driver;
+      return nullptr;
+    }
+    return driver;
+  }
+};
+
+
+const char* GpuPathName(GpuPath path) {
+  switch (path) {
+    case GpuPath::kDmaBuf: return "dma-buf";
+    case GpuPath::kPeerMem: return "nvidia-peermem";
+    default: return "none";
+  }
+}
+
+bool PeerMemLoaded() {
+  return access("/sys/kernel/mm/memory_peers/nv_mem/version", F_OK) == 0 ||
+         access("/sys/module/nvidia_peermem/version", F_OK) == 0;
+}
+
+GpuPath ChooseGpuPath(ibv_pd* pd, std::string* why) {
+  const CudaDriver* cuda = CudaDriver::Get();
+  if (cuda == nullptr) {
+    *why = "no CUDA driver or GPU";
+    return GpuPath::kNone;
+  }
+  int device = 0;
+  int dma_buf = 0;
+  if (cuda->handle_for_range != nullptr && cuda->device_get(&device, 0) == 0 &&
+      cuda->device_attribute(&dma_buf, CudaDriver::kDmaBufSupported, device) == 0 && dma_buf) {
+    // A registration of fd -1 fails with EBADF where dma-buf works, and
+    // with EOPNOTSUPP / EPROTONOSUPPORT where the kernel or provider lacks it.
+    errno = 0;
+    ibv_mr* probe = ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0);
+    if (probe != nullptr) ibv_dereg_mr(probe);
+    if (errno != EOPNOTSUPP && errno != EPROTONOSUPPORT) {
+      *why = "the driver, kernel and provider support dma-buf";
+      return GpuPath::kDmaBuf;
+    }
+  }
+  if (PeerMemLoaded()) {
+    *why = "nvidia-peermem is loaded (no dma-buf)";
+    return GpuPath::kPeerMem;
+  }
+  *why = "neither dma-buf support nor nvidia-peermem";
+  return GpuPath::kNone;
 }
 
 // ------------------------------------------------------------------ device
@@ -479,7 +580,7 @@ void Accept(Context* context) {
   rdv_transport_error_t error{};
   if (!ReceiveInfo(socket_fd, &peer) || (qp = CreateQp(context)) == nullptr ||
       ConnectQp(context, qp, psn, peer, &error) != RDV_TRANSPORT_OK) {
-    context->Log(1, std::string("verbs: refused a peer's connection: ") +
+    context->Log(1, std::string("refused a peer's connection: ") +
                         (error.message[0] ? error.message : "bad QP info or no QP"));
     if (qp != nullptr) ibv_destroy_qp(qp);
     close(socket_fd);
@@ -735,7 +836,7 @@ void Finalize(rdv_transport_context_t handle) {
     std::unique_lock lock(context->endpoints_mu);
     if (!context->endpoints_gone.wait_for(lock, std::chrono::seconds(10),
                                           [&] { return context->live_endpoints == 0; })) {
-      context->Log(0, "verbs: finalize with endpoints still open; their QPs leak");
+      context->Log(0, "finalize with endpoints still open; their QPs leak");
     }
   }
   context->stop = true;
@@ -790,14 +891,19 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
     Finalize(reinterpret_cast<rdv_transport_context_t>(context.release()));
     return code;
   }
+  std::string gpu_why;
+  c->gpu_path = ChooseGpuPath(c->pd, &gpu_why);
+  c->Log(2, std::string("GPU memory path: ") + GpuPathName(c->gpu_path) + " (" + gpu_why +
+                (c->gpu_path == GpuPath::kNone ? "; GPU tensors are staged through host memory)"
+                                               : ")"));
   c->description = std::string("verbs ") + ibv_get_device_name(c->device->device) + " port " +
                    std::to_string(c->port) + ", GID " + std::to_string(c->gid_index) + " (" +
                    GidText(c->gid) + "), MTU " +
                    std::to_string(128 << c->port_attr.active_mtu) + ", " +
-                   (c->settings.busy_poll ? "busy polling" : "completion channel");
+                   (c->settings.busy_poll ? "busy polling" : "completion channel") +
+                   ", GPU memory: " + GpuPathName(c->gpu_path);
   c->progress = std::thread(ProgressLoop, c);
   c->acceptor = std::thread(AcceptLoop, c);
-  c->Log(2, c->description);
   *out = reinterpret_cast<rdv_transport_context_t>(context.release());
   return RDV_TRANSPORT_OK;
 }
@@ -807,8 +913,12 @@ int Query(rdv_transport_context_t handle, rdv_transport_attributes_t* attributes
   Context* context = ContextOf(handle);
   const uint64_t mask = attributes->field_mask;
   if (mask & RDV_TRANSPORT_ATTR_FIELD_NAME) attributes->name = "verbs";
-  if (mask & RDV_TRANSPORT_ATTR_FIELD_MEMORY_TYPES) attributes->memory_types = RDV_TRANSPORT_MEMORY_HOST;
-  if (mask & RDV_TRANSPORT_ATTR_FIELD_GPUDIRECT) attributes->gpudirect = 0;
+  const bool gpudirect = context->gpu_path != GpuPath::kNone;
+  if (mask & RDV_TRANSPORT_ATTR_FIELD_MEMORY_TYPES) {
+    attributes->memory_types =
+        RDV_TRANSPORT_MEMORY_HOST | (gpudirect ? uint32_t{RDV_TRANSPORT_MEMORY_CUDA} : 0u);
+  }
+  if (mask & RDV_TRANSPORT_ATTR_FIELD_GPUDIRECT) attributes->gpudirect = gpudirect;
   if (mask & RDV_TRANSPORT_ATTR_FIELD_OPS) {
     attributes->ops = RDV_TRANSPORT_OP_GET | RDV_TRANSPORT_OP_PUT;
     attributes->preferred_op = RDV_TRANSPORT_OP_GET;
@@ -915,6 +1025,57 @@ int Register(Context* context, void* address, size_t length, void* owned,
   return RDV_TRANSPORT_OK;
 }
 
+// Registers the whole CUDA allocation around [address, +length): its other
+// tensors then need no registration of their own.
+int RegisterCuda(Context* context, void* address, size_t length, int device,
+                 rdv_transport_memory_t* out, rdv_transport_error_t* error) {
+  const CudaDriver* cuda = CudaDriver::Get();
+  if (context->gpu_path == GpuPath::kNone || cuda == nullptr) {
+    return SetError(error, RDV_TRANSPORT_UNIMPLEMENTED,
+                    "verbs: GPU memory cannot be registered here (%s): load nvidia-peermem, or "
+                    "use a kernel and driver with dma-buf support; rdv stages GPU tensors "
+                    "through host memory meanwhile", GpuPathName(context->gpu_path));
+  }
+  void* cuda_context = nullptr;
+  CudaDriver::DevicePtr base = 0;
+  size_t size = 0;
+  int cu_device = 0;
+  if (cuda->device_get(&cu_device, device) != 0 ||
+      cuda->primary_retain(&cuda_context, cu_device) != 0 || cuda->push(cuda_context) != 0) {
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT, "verbs: no CUDA device %d", device);
+  }
+  const bool ranged =
+      cuda->address_range(&base, &size, reinterpret_cast<CudaDriver::DevicePtr>(address)) == 0;
+  int code = RDV_TRANSPORT_OK;
+  if (!ranged || reinterpret_cast<CudaDriver::DevicePtr>(address) + length > base + size) {
+    code = SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                    "verbs: %zu bytes at %p are not inside one CUDA allocation", length, address);
+  } else if (context->gpu_path == GpuPath::kDmaBuf) {
+    int fd = -1;
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t span = (size + page - 1) / page * page;
+    if (cuda->handle_for_range(&fd, base, span, CudaDriver::kDmaBufFd, 0) != 0) {
+      code = SetError(error, RDV_TRANSPORT_INTERNAL,
+                      "verbs: cuMemGetHandleForAddressRange failed for %zu bytes", span);
+    } else {
+      ibv_mr* mr = ibv_reg_dmabuf_mr(context->pd, 0, span, base, fd,
+                                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                         IBV_ACCESS_REMOTE_WRITE);
+      const int err = errno;
+      close(fd);
+      code = mr != nullptr
+                 ? (*out = reinterpret_cast<rdv_transport_memory_t>(new Memory{context, mr, nullptr}),
+                    RDV_TRANSPORT_OK)
+                 : ErrnoError(error, RDV_TRANSPORT_INTERNAL, "ibv_reg_dmabuf_mr", err);
+    }
+  } else {
+    code = Register(context, reinterpret_cast<void*>(base), size, nullptr, out, error);
+  }
+  void* popped = nullptr;
+  cuda->pop(&popped);
+  return code;
+}
+
 int MemAlloc(rdv_transport_context_t handle, size_t length, rdv_transport_memory_t* out,
              void** address, rdv_transport_error_t* error) {
   void* memory = nullptr;
@@ -933,14 +1094,17 @@ int MemAlloc(rdv_transport_context_t handle, size_t length, rdv_transport_memory
 }
 
 int MemRegister(rdv_transport_context_t handle, void* address, size_t length,
-                uint32_t memory_type, int, rdv_transport_memory_t* out,
+                uint32_t memory_type, int device, rdv_transport_memory_t* out,
                 rdv_transport_error_t* error) {
-  if (memory_type != RDV_TRANSPORT_MEMORY_HOST) {
-    return SetError(error, RDV_TRANSPORT_UNIMPLEMENTED,
-                    "verbs: only host memory can be registered in this build (GPU memory "
-                    "needs dma-buf or nvidia-peermem support)");
+  Context* context = ContextOf(handle);
+  if (memory_type == RDV_TRANSPORT_MEMORY_HOST) {
+    return Register(context, address, length, nullptr, out, error);
   }
-  return Register(ContextOf(handle), address, length, nullptr, out, error);
+  if (memory_type != RDV_TRANSPORT_MEMORY_CUDA) {
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT, "verbs: unknown memory type %u",
+                    memory_type);
+  }
+  return RegisterCuda(context, address, length, device, out, error);
 }
 
 void MemRelease(rdv_transport_memory_t handle) {
