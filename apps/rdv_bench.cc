@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -43,6 +45,9 @@ ABSL_FLAG(bool, server, false, "be the peer: serve Sends until SIGINT/SIGTERM");
 ABSL_FLAG(std::string, client, "", "measure against the --server at HOST:PORT");
 ABSL_FLAG(std::string, listen, "0.0.0.0:18515", "with --server: host:port to listen on");
 ABSL_FLAG(std::string, protocol, "grpc+ucx", "grpc, grpc+ucx or grpc+verbs");
+ABSL_FLAG(std::string, subject, "rdv",
+          "rdv (Send -> Recv over --protocol), or grpc-raw: the reference, a bytes payload in a "
+          "unary gRPC call with the same channel settings");
 ABSL_FLAG(std::string, sizes, "4K:64M",
           "tensor sizes in bytes: a doubling range LOW:HIGH, or a list A,B,C (K, M, G suffixes)");
 ABSL_FLAG(int, iters, 0, "Recvs per size (0: enough for 256 MiB, 5 to 1000)");
@@ -131,6 +136,8 @@ class Bench {
   // `received`; appends each transfer's seconds to `latencies`.
   absl::Status Receive(int64_t step, int64_t size, int count, std::vector<double>* latencies,
                        std::vector<Tensor>* received);
+  // One unary FetchBytes call (--subject grpc-raw).
+  absl::Status FetchRaw(int64_t size, std::vector<double>* latencies);
   // Checks every byte, unless --no_verify.
   static absl::Status Verify(const std::vector<Tensor>& received, uint32_t seed);
 
@@ -142,6 +149,7 @@ class Bench {
   uint64_t peer_incarnation_ = 0;
   int64_t next_step_ = 1;
   std::string key_;
+  const bool raw_ = absl::GetFlag(FLAGS_subject) == "grpc-raw";
 };
 
 absl::Status Bench::Connect() {
@@ -210,8 +218,29 @@ absl::Status Bench::Produce(int64_t step, int64_t size, int count, uint32_t seed
   return absl::OkStatus();
 }
 
+absl::Status Bench::FetchRaw(int64_t size, std::vector<double>* latencies) {
+  FetchBytesRequest request;
+  request.set_size(static_cast<uint64_t>(size));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(5)));
+  FetchBytesResponse response;
+  const absl::Time start = absl::Now();
+  const grpc::Status status = driver_->FetchBytes(&context, request, &response);
+  latencies->push_back(absl::ToDoubleSeconds(absl::Now() - start));
+  if (!status.ok()) return absl::UnavailableError(absl::StrCat("FetchBytes: ", status.error_message()));
+  if (response.payload().size() != static_cast<size_t>(size)) {
+    return absl::DataLossError(absl::StrCat("FetchBytes answered ", response.payload().size(),
+                                            " bytes, expected ", size));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Bench::Receive(int64_t step, int64_t size, int count,
                             std::vector<double>* latencies, std::vector<Tensor>* received) {
+  if (raw_) {
+    for (int i = 0; i < count; ++i) RDV_RETURN_IF_ERROR(FetchRaw(size, latencies));
+    return absl::OkStatus();
+  }
   const ParsedKey key = *ParsedKey::Parse(key_);
   auto rendezvous = consumer_->rendezvous_mgr().Find(step);
   {
@@ -292,7 +321,7 @@ absl::StatusOr<Row> Bench::Measure(int64_t size) {
     const int count = warm && time_s <= 0
                           ? std::min(window, iterations - static_cast<int>(latencies.size()))
                           : window;
-    if (buffered < count) {
+    if (buffered < count && !raw_) {
       RDV_RETURN_IF_ERROR(Produce(step, size, batch, seed));
       buffered += batch;
     }
@@ -337,17 +366,19 @@ void PrintRow(const Row& row) {
 absl::Status WriteResults(const std::vector<Row>& rows) {
   const std::string protocol = absl::GetFlag(FLAGS_protocol);
   const std::string env = TransportEnv(protocol);
+  const std::string subject =
+      absl::GetFlag(FLAGS_subject) == "grpc-raw" ? "grpc-raw" : absl::StrCat("rdv:", protocol);
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream out(path);
     out << "[\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       out << absl::StrFormat(
-          "  {\"subject\": \"rdv:%s\", \"transport_env\": \"%s\", \"size_bytes\": %d, "
+          "  {\"subject\": \"%s\", \"transport_env\": \"%s\", \"size_bytes\": %d, "
           "\"iterations\": %d, \"bw_GBps_avg\": %.6f, \"bw_GBps_peak\": %.6f, "
           "\"lat_us_p50\": %.3f, \"lat_us_p99\": %.3f, \"verified\": %s}%s\n",
-          protocol, env, r.size_bytes, r.iterations, r.bw_GBps_avg, r.bw_GBps_peak, r.lat_us_p50,
-          r.lat_us_p99, absl::GetFlag(FLAGS_no_verify) ? "false" : "true",
+          subject, env, r.size_bytes, r.iterations, r.bw_GBps_avg, r.bw_GBps_peak, r.lat_us_p50,
+          r.lat_us_p99, absl::GetFlag(FLAGS_no_verify) || subject == "grpc-raw" ? "false" : "true",
           i + 1 < rows.size() ? "," : "");
     }
     out << "]\n";
@@ -361,7 +392,7 @@ absl::Status WriteResults(const std::vector<Row>& rows) {
     out << "subject,transport_env,size_bytes,iterations,bw_GBps_avg,bw_GBps_peak,lat_us_p50,"
            "lat_us_p99\n";
     for (const Row& r : rows) {
-      out << absl::StrFormat("rdv:%s,%s,%d,%d,%.6f,%.6f,%.3f,%.3f\n", protocol, env, r.size_bytes,
+      out << absl::StrFormat("%s,%s,%d,%d,%.6f,%.6f,%.3f,%.3f\n", subject, env, r.size_bytes,
                              r.iterations, r.bw_GBps_avg, r.bw_GBps_peak, r.lat_us_p50,
                              r.lat_us_p99);
     }
@@ -371,8 +402,8 @@ absl::Status WriteResults(const std::vector<Row>& rows) {
     const std::string script = absl::StrFormat(
         "set terminal pngcairo size 900,600; set output '%s'; set datafile separator ','; "
         "set logscale xy; set xlabel 'tensor bytes'; set ylabel 'GB/s'; set key left top; "
-        "set title 'rdv-bench %s'; plot '%s' skip 1 using 3:5 with linespoints title 'rdv:%s'",
-        plot, protocol, data, protocol);
+        "set title 'rdv-bench %s'; plot '%s' skip 1 using 3:5 with linespoints title '%s'",
+        plot, subject, data, subject);
     const std::string command = absl::StrCat("gnuplot -e \"", script, "\"");
     if (std::system(command.c_str()) != 0) {
       return absl::UnavailableError("--plot: gnuplot failed (is gnuplot installed? scripts/setup "
@@ -414,6 +445,13 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--protocol '", protocol, "': use grpc, grpc+ucx or grpc+verbs"));
   }
+  const std::string subject = absl::GetFlag(FLAGS_subject);
+  if (subject != "rdv" && subject != "grpc-raw") {
+    return absl::InvalidArgumentError(absl::StrCat("--subject '", subject, "': use rdv or grpc-raw"));
+  }
+  if (subject == "grpc-raw" && absl::GetFlag(FLAGS_in_flight) != 1) {
+    return absl::InvalidArgumentError("--subject grpc-raw makes one call at a time (--in_flight 1)");
+  }
   if (absl::GetFlag(FLAGS_direction) != "pull") {
     return absl::UnimplementedError("--direction push is not built yet: rdv pulls (the consumer reads)");
   }
@@ -433,7 +471,9 @@ absl::Status Run() {
   Bench bench;
   RDV_RETURN_IF_ERROR(bench.Connect());
   const std::string env = TransportEnv(absl::GetFlag(FLAGS_protocol));
-  std::printf("rdv-bench: protocol %s%s%s, %s memory, %d in flight, %s\n",
+  std::printf("rdv-bench: %s %s%s%s, %s memory, %d in flight, %s\n",
+              absl::GetFlag(FLAGS_subject) == "grpc-raw" ? "raw unary gRPC calls on the channel of"
+                                                           : "protocol",
               absl::GetFlag(FLAGS_protocol).c_str(), env.empty() ? "" : ", ", env.c_str(),
               absl::GetFlag(FLAGS_memory).c_str(), absl::GetFlag(FLAGS_in_flight),
               absl::GetFlag(FLAGS_no_verify) ? "not verified" : "every byte verified");
@@ -453,12 +493,37 @@ absl::Status Run() {
 }  // namespace
 }  // namespace rdv::control
 
+// `rdv-bench compare ...` runs bench/compare.py (installed beside rdv's data,
+// else from the source tree), which drives this binary and its peers.
+int Compare(int argc, char** argv) {
+  char self[4096];
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length <= 0) {
+    std::fprintf(stderr, "rdv-bench: cannot find its own executable\n");
+    return 1;
+  }
+  self[length] = '\0';
+  const std::string installed =
+      std::string(self).substr(0, std::string(self).rfind('/')) + "/../share/rdv/compare.py";
+  const std::string script = access(installed.c_str(), R_OK) == 0 ? installed : RDV_COMPARE_SCRIPT;
+  std::vector<char*> args = {const_cast<char*>("python3"), const_cast<char*>(script.c_str()),
+                             const_cast<char*>("--rdv-bench"), self};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execvp("python3", args.data());
+  std::fprintf(stderr, "rdv-bench compare: cannot run python3 %s: %s\n", script.c_str(),
+               std::strerror(errno));
+  return 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "compare") return Compare(argc, argv);
   absl::SetProgramUsageMessage(
       "Send->Recv bandwidth and latency between two rdv workers.\n"
       "  rdv-bench --local [--protocol grpc+ucx] [--sizes 4K:64M]\n"
       "  rdv-bench --server [--listen 0.0.0.0:18515] [--protocol ...]\n"
-      "  rdv-bench --client HOST:PORT [--protocol ...] [--json F] [--csv F] [--plot F.png]");
+      "  rdv-bench --client HOST:PORT [--protocol ...] [--json F] [--csv F] [--plot F.png]\n"
+      "  rdv-bench compare [--help]   every protocol beside ucx_perftest and raw gRPC");
   absl::ParseCommandLine(argc, argv);
   const absl::Status status = rdv::control::Run();
   if (!status.ok()) {

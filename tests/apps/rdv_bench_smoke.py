@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """rdv-bench smoke test: --local over each protocol this machine has, two
-small sizes, bytes verified, JSON read back and its fields checked; a bad
-protocol and an unreachable peer each give a one-line error and exit 1.
+small sizes, bytes verified, JSON read back and its fields checked; one
+small `compare` run and its rows; a bad protocol and an unreachable peer
+each give a one-line error and exit 1.
 
 usage: rdv_bench_smoke.py RDV_BENCH"""
 import json
@@ -52,6 +53,28 @@ with tempfile.TemporaryDirectory() as scratch:
             check(row["iterations"] == 5 and row["verified"], f"{name}: {row}")
             check(row["bw_GBps_avg"] > 0 and row["lat_us_p99"] >= row["lat_us_p50"] > 0,
                   f"{name}: figures {row}")
+
+# compare: one small run, its rows read back.
+compare_fields = {"subject", "transport_env", "size_bytes", "repetitions", "bw_GBps_median",
+                  "bw_GBps_min", "bw_GBps_max", "lat_us_p50", "lat_us_p99"}
+with tempfile.TemporaryDirectory() as scratch:
+    out = os.path.join(scratch, "compare.json")
+    result = run(["compare", "--sizes", "4K", "--repetitions", "1", "--ucx-tls", "tcp",
+                  "--json", out])
+    check(result.returncode == 0, f"compare: exit {result.returncode}: {result.stderr[-800:]}")
+    if result.returncode == 0:
+        rows = json.load(open(out))
+        subjects = {(r["subject"], r["transport_env"]) for r in rows}
+        expected = {("rdv:grpc", ""), ("grpc-raw", ""), ("rdv:grpc+ucx", "UCX_TLS=tcp"),
+                    ("ucx_perftest:ucp_put_bw", "UCX_TLS=tcp"), ("ucx_perftest:ucp_get", "UCX_TLS=tcp"),
+                    ("ucx_perftest:tag_bw", "UCX_TLS=tcp"), ("ucx_perftest:tag_lat", "UCX_TLS=tcp")}
+        check(expected <= subjects, f"compare: subjects {sorted(subjects)}")
+        for row in rows:
+            check(set(row) == compare_fields, f"compare: fields {sorted(row)}")
+            check(row["size_bytes"] == 4096 and row["repetitions"] == 1
+                  and row["bw_GBps_min"] <= row["bw_GBps_median"] <= row["bw_GBps_max"],
+                  f"compare: {row}")
+        check("rdv:grpc beside raw gRPC" in result.stdout, "compare: no table")
 
 for args, what in [(["--local", "--protocol", "carrierpigeon"], "unknown protocol"),
                    (["--client", "127.0.0.1:1", "--protocol", "grpc"], "unreachable peer")]:

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""rdv-bench compare: every protocol rdv speaks on this machine, measured
+beside its peers in one run, between two processes on loopback.
+
+Subjects, interleaved repetition by repetition so that they share the
+machine's moods: rdv:grpc and the raw gRPC reference (a bytes payload in a
+unary call on a channel with the same settings); for each UCX_TLS setting,
+rdv:grpc+ucx and ucx_perftest (put, get and tag bandwidth, tag latency);
+rdv:grpc+verbs when an RDMA device is present. Prints medians [min-max]
+and the ratios rdv / best peer, checks the bars, optionally writes
+--json (one row per subject, transport setting and size) and --plot (PNG,
+gnuplot). Exits 1 when a bar is missed.
+
+Run it as `rdv-bench compare [options]`."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ucx_perftest  # noqa: E402  (beside this file)
+
+PERFTEST_BW = ["ucp_put_bw", "ucp_get", "tag_bw"]
+# Issue 5's bars, at 64 MiB over shared memory.
+BAR_SIZE = 64 << 20
+BAR_SHM = "posix,cma,self"
+BAR_VS_PERFTEST = 0.9
+BAR_VS_GRPC = 5.0
+
+
+def parse_size(text):
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
+    return int(text[:-1] if scale != 1 else text) * scale
+
+
+def rdma_device():
+    devices = sorted(os.listdir("/sys/class/infiniband")) if os.path.isdir(
+        "/sys/class/infiniband") else []
+    return devices[0] if devices else None
+
+
+class Results:
+    """Per (subject, transport_env, size): lists of bandwidth and latency."""
+
+    def __init__(self):
+        self.bw, self.p50, self.p99 = {}, {}, {}
+
+    def add(self, subject, env, size, bw, p50=None, p99=None):
+        key = (subject, env, size)
+        self.bw.setdefault(key, []).append(bw)
+        if p50 is not None:
+            self.p50.setdefault(key, []).append(p50)
+            self.p99.setdefault(key, []).append(p99)
+
+    def median(self, subject, env, size):
+        values = self.bw.get((subject, env, size))
+        return statistics.median(values) if values else None
+
+    def rows(self):
+        rows = []
+        for (subject, env, size), bw in sorted(self.bw.items()):
+            p50 = self.p50.get((subject, env, size))
+            p99 = self.p99.get((subject, env, size))
+            rows.append({
+                "subject": subject, "transport_env": env, "size_bytes": size,
+                "repetitions": len(bw), "bw_GBps_median": statistics.median(bw),
+                "bw_GBps_min": min(bw), "bw_GBps_max": max(bw),
+                "lat_us_p50": statistics.median(p50) if p50 else None,
+                "lat_us_p99": statistics.median(p99) if p99 else None})
+        return rows
+
+
+def run_rdv_bench(rdv_bench, sizes, protocol, env, subject="rdv"):
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        result = subprocess.run(
+            [rdv_bench, "--local", "--protocol", protocol, "--subject", subject,
+             "--sizes", ",".join(map(str, sizes)), "--json", out.name],
+            env=dict(os.environ, **env), capture_output=True, text=True, timeout=1800)
+        if result.returncode != 0:
+            raise SystemExit(f"rdv-bench {protocol} {env} failed: {result.stderr.strip()}")
+        return json.load(open(out.name))
+
+
+def perftest_latency_us(size):
+    """ucx_perftest tag_lat: the median one-way latency in microseconds."""
+    port = ucx_perftest.free_port()
+    server = subprocess.Popen(["ucx_perftest", "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):  # the client fails until the server listens
+            client = subprocess.run(
+                ["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", "tag_lat", "-s", str(size),
+                 "-n", str(ucx_perftest.iterations_for(size)), "-w", "2"],
+                capture_output=True, text=True, timeout=ucx_perftest.WAIT_LIMIT_S)
+            if client.returncode == 0:
+                break
+        for line in client.stdout.splitlines():
+            if line.startswith("Final:"):
+                return float(line.split()[2])
+        raise SystemExit(f"ucx_perftest tag_lat {size}: no result\n{client.stdout}{client.stderr}")
+    finally:
+        server.kill()
+        server.wait()
+
+
+def measure(args, sizes, settings, results):
+    verbs = rdma_device()
+    for repetition in range(args.repetitions):
+        print(f"  repetition {repetition + 1} of {args.repetitions}", file=sys.stderr, flush=True)
+        for row in run_rdv_bench(args.rdv_bench, sizes, "grpc", {}):
+            results.add("rdv:grpc", "", row["size_bytes"], row["bw_GBps_avg"],
+                        row["lat_us_p50"], row["lat_us_p99"])
+        for row in run_rdv_bench(args.rdv_bench, sizes, "grpc", {}, subject="grpc-raw"):
+            results.add("grpc-raw", "", row["size_bytes"], row["bw_GBps_avg"],
+                        row["lat_us_p50"], row["lat_us_p99"])
+        for tls in settings:
+            env = {"UCX_TLS": tls}
+            label = f"UCX_TLS={tls}"
+            for row in run_rdv_bench(args.rdv_bench, sizes, "grpc+ucx", env):
+                results.add("rdv:grpc+ucx", label, row["size_bytes"], row["bw_GBps_avg"],
+                            row["lat_us_p50"], row["lat_us_p99"])
+            os.environ["UCX_TLS"] = tls
+            try:
+                for size in sizes:
+                    for test in PERFTEST_BW:
+                        results.add(f"ucx_perftest:{test}", label, size,
+                                    ucx_perftest.run_once(test, size))
+                    latency = perftest_latency_us(size)
+                    results.add("ucx_perftest:tag_lat", label, size, size / latency / 1e3,
+                                latency, latency)
+            finally:
+                del os.environ["UCX_TLS"]
+        if verbs:
+            env = {"RDV_IB_DEVICE": verbs}
+            for row in run_rdv_bench(args.rdv_bench, sizes, "grpc+verbs", env):
+                results.add("rdv:grpc+verbs", f"RDV_IB_DEVICE={verbs}", row["size_bytes"],
+                            row["bw_GBps_avg"], row["lat_us_p50"], row["lat_us_p99"])
+
+
+def cell(results, subject, env, size):
+    values = results.bw.get((subject, env, size))
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+
+def report(results, sizes, settings):
+    missed = []
+    print("\nrdv:grpc beside raw gRPC (GB/s, median [min-max]; latency p50 in us)")
+    print(f"{'size':>10}  {'rdv:grpc':>24}  {'grpc-raw':>24}  {'ratio':>6}  "
+          f"{'p50 rdv':>9}  {'p50 raw':>9}")
+    for size in sizes:
+        rdv, raw = results.median("rdv:grpc", "", size), results.median("grpc-raw", "", size)
+        p50 = statistics.median(results.p50[("rdv:grpc", "", size)])
+        p50_raw = statistics.median(results.p50[("grpc-raw", "", size)])
+        print(f"{size:>10}  {cell(results, 'rdv:grpc', '', size):>24}  "
+              f"{cell(results, 'grpc-raw', '', size):>24}  {rdv / raw:6.2f}  "
+              f"{p50:9.1f}  {p50_raw:9.1f}")
+    for tls in settings:
+        label = f"UCX_TLS={tls}"
+        print(f"\nrdv:grpc+ucx, {label} (GB/s, median [min-max]; ratios of medians)")
+        print(f"{'size':>10}  {'rdv:grpc+ucx':>24}  {'best ucx_perftest':>34}  {'/best':>6}  "
+              f"{'/rdv:grpc':>9}")
+        for size in sizes:
+            ucx = results.median("rdv:grpc+ucx", label, size)
+            best = max(PERFTEST_BW, key=lambda t: results.median(f"ucx_perftest:{t}", label, size))
+            best_bw = results.median(f"ucx_perftest:{best}", label, size)
+            grpc = results.median("rdv:grpc", "", size)
+            verdict = ""
+            if size == BAR_SIZE and tls == BAR_SHM:
+                ok = ucx / best_bw >= BAR_VS_PERFTEST and ucx / grpc >= BAR_VS_GRPC
+                verdict = (f"  bars >= {BAR_VS_PERFTEST}x perftest, >= {BAR_VS_GRPC}x grpc: "
+                           f"{'met' if ok else 'MISSED'}")
+                if not ok:
+                    missed.append(f"{label} {size}")
+            best_cell = f"{best} {cell(results, f'ucx_perftest:{best}', label, size)}"
+            print(f"{size:>10}  {cell(results, 'rdv:grpc+ucx', label, size):>24}  "
+                  f"{best_cell:>34}  {ucx / best_bw:6.2f}  {ucx / grpc:9.2f}{verdict}")
+    verbs = [key for key in results.bw if key[0] == "rdv:grpc+verbs"]
+    if verbs:
+        env = verbs[0][1]
+        print(f"\nrdv:grpc+verbs, {env} (GB/s): " + ", ".join(
+            f"{size}: {cell(results, 'rdv:grpc+verbs', env, size)}" for size in sizes))
+    return missed
+
+
+def plot(results, path):
+    """Bandwidth against size, one line per subject and setting (gnuplot)."""
+    series = sorted({(subject, env) for subject, env, _ in results.bw
+                     if subject != "ucx_perftest:tag_lat"})
+    data = path + ".dat"
+    with open(data, "w") as out:
+        for subject, env in series:
+            for (s, e, size), _ in sorted(results.bw.items()):
+                if (s, e) == (subject, env):
+                    out.write(f"{size} {results.median(s, e, size)}\n")
+            out.write("\n\n")
+    plots = ", ".join(f"'{data}' index {i} using 1:2 with linespoints title '{s} {e}'"
+                      for i, (s, e) in enumerate(series))
+    script = (f"set terminal pngcairo noenhanced size 1200,700; set output '{path}'; "
+              f"set logscale xy; set key outside right; "
+              f"set xlabel 'bytes'; set ylabel 'GB/s (median)'; "
+              f"set title 'rdv-bench compare, two processes on loopback'; plot {plots}")
+    if subprocess.run(["gnuplot", "-e", script]).returncode != 0:
+        raise SystemExit("--plot: gnuplot failed (scripts/setup installs gnuplot-nox)")
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="rdv-bench compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rdv-bench", required=True, help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", default="64K,1M,16M,64M", help="comma-separated sizes")
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--ucx-tls", default=f"tcp;{BAR_SHM}",
+                        help="';'-separated UCX_TLS settings to compare under")
+    parser.add_argument("--json", help="write one row per subject, setting and size")
+    parser.add_argument("--plot", help="draw bandwidth against size to this PNG")
+    args = parser.parse_args()
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    settings = [s for s in args.ucx_tls.split(";") if s]
+    results = Results()
+    measure(args, sizes, settings, results)
+    missed = report(results, sizes, settings)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(results.rows(), out, indent=1)
+        print(f"\nrows: {args.json}")
+    if args.plot:
+        plot(results, args.plot)
+        print(f"plot: {args.plot}")
+    if missed:
+        print(f"bars missed: {', '.join(missed)}")
+    sys.exit(1 if missed else 0)
+
+
+if __name__ == "__main__":
+    main()
