@@ -41,6 +41,9 @@ struct ProtocolSetting {
   bool needs_rdma = false;  // runs on an RDMA device (tests/softroce runs it)
 };
 
+// ctest lists each case under the setting's name.
+void PrintTo(const ProtocolSetting& setting, std::ostream* out) { *out << setting.name; }
+
 // The largest tensor a test moves: RDV_TEST_MAX_BYTES, where the wire is
 // slow (SoftRoCE under emulation moves tens of MB/s).
 int64_t Capped(int64_t bytes) {
