@@ -201,7 +201,7 @@ def plot(results, path):
     plots = ", ".join(f"'{data}' index {i} using 1:2 with linespoints title '{s} {e}'"
                       for i, (s, e) in enumerate(series))
     script = (f"set terminal pngcairo noenhanced size 1200,700; set output '{path}'; "
-              f"set logscale xy; set key outside right; "
+              f"set logscale xy; set key below; "
               f"set xlabel 'bytes'; set ylabel 'GB/s (median)'; "
               f"set title 'rdv-bench compare, two processes on loopback'; plot {plots}")
     if subprocess.run(["gnuplot", "-e", script]).returncode != 0:

@@ -125,7 +125,10 @@ typedef struct rdv_transport_v1_ops {
    * fail with UNAVAILABLE once the peer is lost; then make a new one. */
   int (*connect)(rdv_transport_context_t context, const void* peer_address, size_t length,
                  rdv_transport_endpoint_t* endpoint, rdv_transport_error_t* error);
-  /* Fails the endpoint's operations still in flight with CANCELLED. */
+  /* Returns at once; the endpoint handle is invalid afterwards. Operations
+   * still in flight either finish (a graceful close flushes them) or fail
+   * with CANCELLED; each callback still runs exactly once. May be called
+   * from a completion callback. */
   void (*disconnect)(rdv_transport_endpoint_t endpoint);
 
   /* Memory the transport allocates itself (the fastest kind to move). */

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -60,6 +61,10 @@ struct Context {
   int log_level = 1;
   uint32_t preferred_op = RDV_TRANSPORT_OP_GET;
   std::string description;
+  // Endpoints whose graceful close is still in flight.
+  std::mutex closing_mu;
+  std::condition_variable closed;
+  int closing = 0;  // closing_mu
 
   void Log(int level, const std::string& message) const {
     if (log != nullptr && level <= log_level) log(log_user, level, message.c_str());
@@ -268,6 +273,14 @@ Context* ContextOf(rdv_transport_context_t handle) { return reinterpret_cast<Con
 
 void Finalize(rdv_transport_context_t handle) {
   Context* context = ContextOf(handle);
+  {
+    // Closes flush what was sent; a peer that never answers is given up on.
+    std::unique_lock lock(context->closing_mu);
+    if (!context->closed.wait_for(lock, std::chrono::seconds(5),
+                                  [&] { return context->closing == 0; })) {
+      context->Log(1, "finalize with endpoint closes still in flight");
+    }
+  }
   context->stop.store(true, std::memory_order_release);
   ucp_worker_signal(context->worker);
   context->progress.join();
@@ -346,20 +359,42 @@ int Connect(rdv_transport_context_t handle, const void* peer_address, size_t,
   return RDV_TRANSPORT_OK;
 }
 
+void CloseDone(Endpoint* endpoint) {
+  Context* context = endpoint->context;
+  delete endpoint;
+  std::lock_guard lock(context->closing_mu);
+  if (--context->closing == 0) context->closed.notify_all();
+}
+
+void OnCloseDone(void* request, ucs_status_t, void* user) {
+  ucp_request_free(request);
+  CloseDone(static_cast<Endpoint*>(user));
+}
+
+// Closes gracefully, without waiting (it may run on the progress thread):
+// a forced close leaves the peer's side of a tcp connection half alive, and
+// a later endpoint between the same two workers then lost puts silently.
+// The endpoint (its error handler's argument) lives until the close is done.
 void Disconnect(rdv_transport_endpoint_t handle) {
   auto* endpoint = reinterpret_cast<Endpoint*>(handle);
+  Context* context = endpoint->context;
   endpoint->keys.Clear();
+  {
+    std::lock_guard lock(context->closing_mu);
+    ++context->closing;
+  }
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA;
+  param.flags = 0;
+  param.cb.send = OnCloseDone;
+  param.user_data = endpoint;
   void* request = ucp_ep_close_nbx(endpoint->ep, &param);
   if (UCS_PTR_IS_PTR(request)) {
-    endpoint->context->Wake();
-    // The progress thread completes the close; a forced close is prompt.
-    while (ucp_request_check_status(request) == UCS_INPROGRESS) std::this_thread::yield();
-    ucp_request_free(request);
+    context->Wake();
+  } else {
+    CloseDone(endpoint);
   }
-  delete endpoint;
 }
 
 int MapMemory(Context* context, ucp_mem_map_params_t* params, rdv_transport_memory_t* out,
