@@ -243,36 +243,37 @@ absl::Status Bench::Receive(int64_t step, int64_t size, int count,
   }
   const ParsedKey key = *ParsedKey::Parse(key_);
   auto rendezvous = consumer_->rendezvous_mgr().Find(step);
-  {
-    const int n = count;
-    std::vector<Tensor> values(n);
-    std::vector<absl::Status> statuses(n);
-    std::vector<absl::Time> ends(n);
-    std::vector<Notification> finished(n);
-    const absl::Time start = absl::Now();
-    for (int i = 0; i < n; ++i) {
-      rendezvous->RecvAsync(key, {}, [&, i](const absl::Status& status, const RendezvousArgs&,
-                                            const RendezvousArgs&, const Tensor& value, bool) {
-        ends[i] = absl::Now();
-        statuses[i] = status;
-        values[i] = value;
-        finished[i].Notify();
-      });
+  std::vector<Tensor> values(count);
+  std::vector<absl::Status> statuses(count);
+  std::vector<absl::Time> ends(count);
+  std::vector<Notification> finished(count);
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < count; ++i) {
+    rendezvous->RecvAsync(key, {}, [&, i](const absl::Status& status, const RendezvousArgs&,
+                                          const RendezvousArgs&, const Tensor& value, bool) {
+      ends[i] = absl::Now();
+      statuses[i] = status;
+      values[i] = value;
+      finished[i].Notify();
+    });
+  }
+  for (int i = 0; i < count; ++i) {
+    if (!finished[i].WaitForNotificationWithTimeout(absl::Minutes(5))) {
+      // Ends the Recvs still waiting (their callbacks run now), so that
+      // none of them writes here after this returns.
+      rendezvous->StartAbort(absl::DeadlineExceededError("a Recv took over 5 minutes"));
+      for (Notification& done : finished) done.WaitForNotification();
+      return absl::DeadlineExceededError("a Recv took over 5 minutes");
     }
-    for (int i = 0; i < n; ++i) {
-      if (!finished[i].WaitForNotificationWithTimeout(absl::Minutes(5))) {
-        return absl::DeadlineExceededError("a Recv took over 5 minutes");
-      }
+  }
+  for (int i = 0; i < count; ++i) {
+    RDV_RETURN_IF_ERROR(statuses[i]);
+    if (values[i].TotalBytes() != static_cast<size_t>(size)) {
+      return absl::DataLossError(absl::StrCat("received ", values[i].TotalBytes(),
+                                              " bytes, expected ", size));
     }
-    for (int i = 0; i < n; ++i) {
-      RDV_RETURN_IF_ERROR(statuses[i]);
-      if (values[i].TotalBytes() != static_cast<size_t>(size)) {
-        return absl::DataLossError(absl::StrCat("received ", values[i].TotalBytes(),
-                                                " bytes, expected ", size));
-      }
-      latencies->push_back(absl::ToDoubleSeconds(ends[i] - start));
-      received->push_back(std::move(values[i]));
-    }
+    latencies->push_back(absl::ToDoubleSeconds(ends[i] - start));
+    received->push_back(std::move(values[i]));
   }
   return absl::OkStatus();
 }

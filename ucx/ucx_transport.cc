@@ -49,6 +49,8 @@ int UcxError(rdv_transport_error_t* error, ucs_status_t status, const char* what
   return SetError(error, CodeOf(status), "UCX %s: %s", what, ucs_status_string(status));
 }
 
+struct Endpoint;
+
 struct Context {
   ucp_context_h ucp = nullptr;
   ucp_worker_h worker = nullptr;
@@ -61,10 +63,11 @@ struct Context {
   int log_level = 1;
   uint32_t preferred_op = RDV_TRANSPORT_OP_GET;
   std::string description;
-  // Endpoints whose graceful close is still in flight.
+  // Endpoints whose graceful close is still in flight, with its request
+  // (null until ucp_ep_close_nbx has returned it).
   std::mutex closing_mu;
   std::condition_variable closed;
-  int closing = 0;  // closing_mu
+  std::unordered_map<Endpoint*, void*> closing;  // closing_mu
 
   void Log(int level, const std::string& message) const {
     if (log != nullptr && level <= log_level) log(log_user, level, message.c_str());
@@ -274,16 +277,21 @@ Context* ContextOf(rdv_transport_context_t handle) { return reinterpret_cast<Con
 void Finalize(rdv_transport_context_t handle) {
   Context* context = ContextOf(handle);
   {
-    // Closes flush what was sent; a peer that never answers is given up on.
+    // Closes flush what was sent; a peer that does not answer (a dead one
+    // not noticed yet) is given up on.
     std::unique_lock lock(context->closing_mu);
-    if (!context->closed.wait_for(lock, std::chrono::seconds(5),
-                                  [&] { return context->closing == 0; })) {
-      context->Log(1, "finalize with endpoint closes still in flight");
-    }
+    context->closed.wait_for(lock, std::chrono::seconds(2),
+                             [&] { return context->closing.empty(); });
   }
   context->stop.store(true, std::memory_order_release);
   ucp_worker_signal(context->worker);
   context->progress.join();
+  // No progress now, so no close callback either: release what is left,
+  // as UCX requires before the worker goes.
+  for (auto& [endpoint, request] : context->closing) {
+    if (request != nullptr) ucp_request_free(request);
+    delete endpoint;
+  }
   ucp_worker_destroy(context->worker);
   ucp_cleanup(context->ucp);
   delete context;
@@ -361,9 +369,12 @@ int Connect(rdv_transport_context_t handle, const void* peer_address, size_t,
 
 void CloseDone(Endpoint* endpoint) {
   Context* context = endpoint->context;
+  {
+    std::lock_guard lock(context->closing_mu);
+    context->closing.erase(endpoint);
+    if (context->closing.empty()) context->closed.notify_all();
+  }
   delete endpoint;
-  std::lock_guard lock(context->closing_mu);
-  if (--context->closing == 0) context->closed.notify_all();
 }
 
 void OnCloseDone(void* request, ucs_status_t, void* user) {
@@ -381,7 +392,7 @@ void Disconnect(rdv_transport_endpoint_t handle) {
   endpoint->keys.Clear();
   {
     std::lock_guard lock(context->closing_mu);
-    ++context->closing;
+    context->closing.emplace(endpoint, nullptr);
   }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
@@ -390,11 +401,18 @@ void Disconnect(rdv_transport_endpoint_t handle) {
   param.cb.send = OnCloseDone;
   param.user_data = endpoint;
   void* request = ucp_ep_close_nbx(endpoint->ep, &param);
-  if (UCS_PTR_IS_PTR(request)) {
-    context->Wake();
-  } else {
+  if (!UCS_PTR_IS_PTR(request)) {
     CloseDone(endpoint);
+    return;
   }
+  {
+    // Unless the close already completed (its callback erased the entry).
+    std::lock_guard lock(context->closing_mu);
+    if (auto it = context->closing.find(endpoint); it != context->closing.end()) {
+      it->second = request;
+    }
+  }
+  context->Wake();
 }
 
 int MapMemory(Context* context, ucp_mem_map_params_t* params, rdv_transport_memory_t* out,
