@@ -122,6 +122,10 @@ absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t re
 absl::Status DataPlane::Release(const ReleasedTransfer& transfer) {
   std::lock_guard lock(mu_);
   auto it = pending_.find(transfer.transfer_id());
+  // An ack that crossed the step's cleanup: the buffer is already free.
+  if (it == pending_.end() && cleaned_steps_.contains(transfer.step_id())) {
+    return absl::OkStatus();
+  }
   if (it == pending_.end() || it->second.step_id != transfer.step_id() ||
       it->second.tensor.TotalBytes() != transfer.length()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -135,6 +139,8 @@ absl::Status DataPlane::Release(const ReleasedTransfer& transfer) {
 void DataPlane::DropStep(int64_t step_id) {
   std::lock_guard lock(mu_);
   absl::erase_if(pending_, [step_id](const auto& entry) { return entry.second.step_id == step_id; });
+  if (cleaned_steps_.size() >= kCleanedStepsKept) cleaned_steps_.clear();
+  cleaned_steps_.insert(step_id);
 }
 
 void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "control/worker.pb.h"
 #include "core/tensor.h"
 #include "plugin/registration_cache.h"
@@ -56,7 +57,8 @@ class DataPlane {
                                             absl::string_view consumer_address,
                                             plugin::TransportDone sent);
   // INVALID_ARGUMENT for a transfer this worker does not hold (unknown id,
-  // another step, or a length that differs from what it described).
+  // another step, or a length that differs from what it described); OK for
+  // one of a step cleaned up lately (its ack crossed the cleanup).
   absl::Status Release(const ReleasedTransfer& transfer);
   void DropStep(int64_t step_id);
 
@@ -87,6 +89,9 @@ class DataPlane {
   mutable std::mutex mu_;
   uint64_t next_transfer_id_ = 1;                                        // mu_
   absl::flat_hash_map<uint64_t, Pending> pending_;                       // mu_
+  // Steps cleaned up lately, whose late acks are not errors; bounded.
+  static constexpr size_t kCleanedStepsKept = 4096;
+  absl::flat_hash_set<int64_t> cleaned_steps_;                           // mu_
   absl::flat_hash_map<std::string, std::shared_ptr<plugin::TransportEndpoint>> endpoints_;  // mu_
 };
 

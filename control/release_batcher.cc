@@ -6,42 +6,54 @@ namespace rdv::control {
 
 void ReleaseBatcher::Release(const ReleasedTransfer& transfer) {
   std::lock_guard lock(mu_);
+  if (drained_) return;  // shutting down: the producer frees it at cleanup
   queued_.push_back(transfer);
   if (!in_flight_) SendLocked();
 }
 
+struct ReleaseBatcher::Call {
+  grpc::ClientContext context;
+  ReleaseTransfersRequest request;
+  ReleaseTransfersResponse response;
+};
+
+// The callback captures only raw pointers and its last act is under mu_:
+// once Drain sees no call in flight, nothing of this batcher is touched
+// again, and the stub and channel go on the thread that owns them (a
+// channel released from inside its own call's callback tripped gRPC).
 void ReleaseBatcher::SendLocked() {
-  struct Call {
-    grpc::ClientContext context;
-    ReleaseTransfersRequest request;
-    ReleaseTransfersResponse response;
-  };
   auto* call = new Call;
   for (ReleasedTransfer& transfer : queued_) *call->request.add_transfers() = std::move(transfer);
   queued_.clear();
-  in_flight_ = true;
+  in_flight_ = call;
   stub_->async()->ReleaseTransfers(
-      &call->context, &call->request, &call->response,
-      [self = shared_from_this(), call](grpc::Status status) {
+      &call->context, &call->request, &call->response, [this, call](grpc::Status status) {
         if (!status.ok()) {
           // The producer also frees them when the step is cleaned up.
           RDV_LOG(Warning) << "ReleaseTransfers of " << call->request.transfers_size()
                            << " transfers failed: " << status.error_message();
         }
+        std::lock_guard lock(mu_);
+        in_flight_ = nullptr;
         delete call;
-        std::lock_guard lock(self->mu_);
-        self->in_flight_ = false;
-        if (!self->queued_.empty()) {
-          self->SendLocked();
+        if (!queued_.empty()) {
+          SendLocked();
         } else {
-          self->idle_.notify_all();
+          idle_.notify_all();
         }
       });
 }
 
 void ReleaseBatcher::Drain(absl::Duration timeout) {
   std::unique_lock lock(mu_);
-  idle_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return !in_flight_; });
+  drained_ = true;
+  queued_.clear();
+  if (idle_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                     [this] { return in_flight_ == nullptr; })) {
+    return;
+  }
+  in_flight_->context.TryCancel();
+  idle_.wait(lock, [this] { return in_flight_ == nullptr; });
 }
 
 }  // namespace rdv::control
