@@ -69,13 +69,16 @@ RecvTensorCall::RecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* 
                                RecvTensorRequest request, MemoryLocation destination,
                                Detach detach, Done done)
     : worker_(std::move(worker)),
+      calls_(worker_->calls),
       data_plane_(data_plane),
       join_(std::make_shared<FetchJoin>()),
       request_(std::move(request)),
       destination_(destination),
       detach_(std::move(detach)),
       done_(std::move(done)),
-      decoder_(DestinationAllocator(data_plane)) {}
+      decoder_(DestinationAllocator(data_plane)) {
+  calls_->Begin();
+}
 
 void RecvTensorCall::Start() {
   if (const absl::Status serialized = SerializeRequest(request_, &request_buffer_);
@@ -199,7 +202,12 @@ void RecvTensorCall::Finish() {
 void RecvTensorCall::Complete(absl::Status status, Tensor tensor, bool is_dead) {
   std::move(detach_)(this);
   std::move(done_)(std::move(status), std::move(tensor), is_dead);
+  // Drops the WorkerClient (and channel) reference while the cache, which
+  // waits for calls_, still holds its own: never the last one, here on
+  // gRPC's thread.
+  const std::shared_ptr<CallsInFlight> calls = calls_;
   delete this;
+  calls->End();
 }
 
 BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> worker,

@@ -57,7 +57,8 @@ class RecvTensorCall final : public AbortableCall,
   void Finish();
   void Complete(absl::Status status, Tensor tensor, bool is_dead);
 
-  const std::shared_ptr<WorkerClient> worker_;
+  std::shared_ptr<WorkerClient> worker_;
+  const std::shared_ptr<CallsInFlight> calls_;  // of worker_, Ended after it is dropped
   DataPlane* const data_plane_;
   const std::shared_ptr<FetchJoin> join_;
   const RecvTensorRequest request_;

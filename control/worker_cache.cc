@@ -6,6 +6,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include "control/protocol.h"
+#include "core/logging.h"
 
 namespace rdv::control {
 
@@ -36,8 +37,29 @@ grpc::ChannelArguments PeerChannelArguments(const ControlOptions& options) {
 WorkerCache::WorkerCache(ClusterSpec cluster, ControlOptions options)
     : options_(options), cluster_(std::move(cluster)) {}
 
+void CallsInFlight::Begin() {
+  std::lock_guard lock(mu_);
+  ++count_;
+}
+
+void CallsInFlight::End() {
+  std::lock_guard lock(mu_);
+  if (--count_ == 0) none_.notify_all();
+}
+
+bool CallsInFlight::WaitForNone(absl::Duration timeout) {
+  std::unique_lock lock(mu_);
+  return none_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return count_ == 0; });
+}
+
 WorkerCache::~WorkerCache() {
-  for (auto& [name, client] : clients_) client->releases->Drain(options_.peer_timeout);
+  for (auto& [name, client] : clients_) retired_.push_back(client);
+  for (const std::shared_ptr<WorkerClient>& client : retired_) {
+    client->releases->Drain(options_.peer_timeout);
+    if (!client->calls->WaitForNone(options_.peer_timeout)) {
+      RDV_LOG(Warning) << "calls to " << client->worker_name << " still in flight at shutdown";
+    }
+  }
 }
 
 absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerCache::Get(absl::string_view worker_name) {
@@ -60,7 +82,10 @@ absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerCache::Get(absl::string_view
 void WorkerCache::SetAddress(absl::string_view job, int task, std::string address) {
   std::lock_guard lock(mu_);
   cluster_.SetAddress(job, task, std::move(address));
-  clients_.erase(ClusterSpec::WorkerName(job, task));
+  if (auto it = clients_.find(ClusterSpec::WorkerName(job, task)); it != clients_.end()) {
+    retired_.push_back(std::move(it->second));
+    clients_.erase(it);
+  }
 }
 
 ClusterSpec WorkerCache::cluster() const {

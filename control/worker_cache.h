@@ -2,9 +2,11 @@
 // made on first use and shared by every step. Thread-safe.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <grpcpp/channel.h>
 #include <grpcpp/impl/rpc_method.h>
@@ -23,6 +25,23 @@ namespace rdv::control {
 // reconnects. Benchmarks use the same settings for their raw gRPC reference.
 grpc::ChannelArguments PeerChannelArguments(const ControlOptions& options);
 
+// Calls that run on gRPC's threads and hold a WorkerClient. The cache
+// waits for them before it lets its channels go, so that no channel is
+// released on gRPC's own callback thread: gRPC 1.51 then stops its callback
+// threads from one of them and frees their queue twice (grpc/grpc#32584).
+class CallsInFlight {
+ public:
+  void Begin();
+  void End();
+  // False when calls remain after `timeout`.
+  bool WaitForNone(absl::Duration timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable none_;
+  int count_ = 0;  // guarded by mu_
+};
+
 struct WorkerClient {
   std::string worker_name;
   std::string address;
@@ -33,12 +52,16 @@ struct WorkerClient {
   // one: its path is interned once).
   std::unique_ptr<grpc::internal::RpcMethod> recv_tensor;
   std::shared_ptr<ReleaseBatcher> releases;
+  // A call that holds this client Begins here when it starts and Ends only
+  // after it dropped its reference.
+  std::shared_ptr<CallsInFlight> calls = std::make_shared<CallsInFlight>();
 };
 
 class WorkerCache {
  public:
   WorkerCache(ClusterSpec cluster, ControlOptions options);
-  // Waits for the acks still in flight (bounded by the peer timeout).
+  // Waits for the acks and calls still in flight (each wait bounded by the
+  // peer timeout), then lets the channels go on this thread.
   ~WorkerCache();
 
   // INVALID_ARGUMENT when the worker is not in the cluster.
@@ -56,6 +79,8 @@ class WorkerCache {
   mutable std::mutex mu_;
   ClusterSpec cluster_;  // guarded by mu_
   absl::flat_hash_map<std::string, std::shared_ptr<WorkerClient>> clients_;  // guarded by mu_
+  // Clients replaced by SetAddress, kept until the cache goes.
+  std::vector<std::shared_ptr<WorkerClient>> retired_;  // guarded by mu_
 };
 
 }  // namespace rdv::control

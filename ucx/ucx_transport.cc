@@ -37,6 +37,8 @@ int CodeOf(ucs_status_t status) {
     case UCS_ERR_EXCEEDS_LIMIT: return RDV_TRANSPORT_RESOURCE_EXHAUSTED;
     case UCS_ERR_UNSUPPORTED: return RDV_TRANSPORT_UNIMPLEMENTED;
     case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_SHMEM_SEGMENT:  // the peer's segment is gone: the peer died
+    case UCS_ERR_IO_ERROR:
     case UCS_ERR_CONNECTION_RESET:
     case UCS_ERR_ENDPOINT_TIMEOUT:
     case UCS_ERR_REJECTED:
