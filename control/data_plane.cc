@@ -66,17 +66,18 @@ DataPlane::~DataPlane() {
 
 absl::StatusOr<std::shared_ptr<plugin::TransportEndpoint>> DataPlane::EndpointTo(
     absl::string_view address) {
-  std::lock_guard lock(mu_);
-  auto& endpoint = endpoints_[address];
-  if (endpoint == nullptr) {
-    absl::StatusOr<std::unique_ptr<plugin::TransportEndpoint>> made = transport_->Connect(address);
-    if (!made.ok()) {
-      endpoints_.erase(std::string(address));
-      return made.status();
-    }
-    endpoint = *std::move(made);
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = endpoints_.find(address); it != endpoints_.end()) return it->second;
   }
-  return endpoint;
+  // Outside the lock: a connect may take a while (verbs swaps queue-pair
+  // details over TCP), and other transfers must not wait for it.
+  absl::StatusOr<std::unique_ptr<plugin::TransportEndpoint>> made = transport_->Connect(address);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<plugin::TransportEndpoint> endpoint = *std::move(made);
+  std::lock_guard lock(mu_);
+  // Another thread may have connected meanwhile: keep one, drop the other.
+  return endpoints_.try_emplace(std::string(address), std::move(endpoint)).first->second;
 }
 
 void DataPlane::ForgetEndpoint(const std::string& address) {
