@@ -1,12 +1,19 @@
-// A real rdv-worker process, for tests, benchmarks and tools: started with posix_spawn, ready
-// when it prints its ready line (waited for with a bound), stopped with
-// SIGTERM (or SIGKILL) and reaped.
+// A real rdv-worker process, for tests, benchmarks and tools. Two kinds:
+// - Start: a child of this process, started with posix_spawn;
+// - Launch: a process on another host or container, started there by an
+//   rdv-launcher (apps/rdv_launcher.cc) over gRPC, so that a test can still
+//   kill, pause or restart its peer.
+// Either is ready when rdv-worker prints its ready line (waited for with a
+// bound) and is stopped with SIGTERM (SIGKILL after a bound), then reaped.
+// Not thread-safe: one owner drives it.
 #pragma once
 
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -14,28 +21,46 @@
 
 namespace rdv::control {
 
+// Variables set (a value) or unset (nullopt) in the worker's environment,
+// over the environment of whoever starts it.
+using EnvChanges = std::vector<std::pair<std::string, std::optional<std::string>>>;
+
 class WorkerProcess {
  public:
-  // Runs rdv-worker with `args`; fails if it does not print its ready line
-  // within `timeout` or exits first.
+  // Runs rdv-worker with `args` as a child; fails if it does not print its
+  // ready line within `timeout` or exits first.
   static absl::StatusOr<std::unique_ptr<WorkerProcess>> Start(const std::vector<std::string>& args,
-                                                             absl::Duration timeout);
-  ~WorkerProcess();  // Stop()
+                                                             absl::Duration timeout,
+                                                             const EnvChanges& env = {});
+  // Asks the rdv-launcher at `launcher` (host:port) to run rdv-worker with
+  // `args` on its host; `env` applies over the launcher's environment.
+  static absl::StatusOr<std::unique_ptr<WorkerProcess>> Launch(const std::string& launcher,
+                                                              const std::vector<std::string>& args,
+                                                              absl::Duration timeout,
+                                                              const EnvChanges& env = {});
+  virtual ~WorkerProcess() = default;  // a subclass's destructor Stop()s
 
   const std::string& worker_name() const { return worker_name_; }
   const std::string& address() const { return address_; }
   uint64_t incarnation() const { return incarnation_; }
-  pid_t pid() const { return pid_; }
+  // The child's pid; -1 once reaped, and always for a launched worker.
+  virtual pid_t pid() const = 0;
 
   // SIGKILL, then reap.
-  void Kill();
-  // SIGTERM, reap within a bound, else SIGKILL. Returns the exit status.
-  int Stop();
+  virtual void Kill() = 0;
+  // SIGTERM, reap within a bound, else SIGKILL. Returns the wait status
+  // (0 for a clean exit, and when already reaped).
+  virtual int Stop() = 0;
+  // Any other signal (SIGSTOP, SIGCONT); the process is not reaped.
+  virtual absl::Status Signal(int signal) = 0;
+
+ protected:
+  WorkerProcess() = default;
+  // Parses "rdv-worker ready <name> <address> incarnation <hex>".
+  absl::Status ParseReadyLine(const std::string& line);
+  void SetIdentity(std::string worker_name, std::string address, uint64_t incarnation);
 
  private:
-  WorkerProcess() = default;
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
   std::string worker_name_;
   std::string address_;
   uint64_t incarnation_ = 0;

@@ -2,6 +2,11 @@
 // worker (task 1, an embedded WorkerServer) and spawns the producer worker
 // (task 0, a real rdv-worker with its driver on) on 127.0.0.1. Every
 // protocol instantiates it; every wait is bounded.
+//
+// Across hosts or containers: with RDV_TEST_LAUNCHER=host:port an
+// rdv-launcher there runs the producer, listening on that host, and the
+// consumer listens on RDV_TEST_LISTEN_HOST (an address of this host the
+// other one reaches).
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
@@ -96,6 +101,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     }
     WorkerServerOptions options;
     options.task = 1;
+    options.listen_address = absl::StrCat(EnvOr("RDV_TEST_LISTEN_HOST", "127.0.0.1"), ":0");
     options.protocol = GetParam().protocol;
     options.cluster = *ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1");
     options.control.peer_timeout = kPeerTimeout;
@@ -108,25 +114,19 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
 
   void TearDown() override {
     // A clean exit: graceful shutdown works and (under ASan) nothing leaked.
-    if (producer_ != nullptr && producer_->pid() > 0) {
+    if (producer_ != nullptr) {
       EXPECT_EQ(producer_->Stop(), 0);
     }
   }
 
   void StartProducer() {
-    // With RDV_TEST_PEER_IB_DEVICE the producer uses another device, so the
-    // bytes cross the wire between the two.
-    ScopedEnv producer_env;
-    if (const char* peer = std::getenv("RDV_TEST_PEER_IB_DEVICE");
-        peer != nullptr && GetParam().needs_rdma) {
-      producer_env.Set("RDV_IB_DEVICE", peer);
-      producer_env.Set("UCX_NET_DEVICES", absl::StrCat(peer, ":1"));
-    }
-    auto producer = WorkerProcess::Start(
-        {"--task=0", "--listen=127.0.0.1:0", "--enable_driver",
-         absl::StrCat("--protocol=", GetParam().protocol),
-         absl::StrCat("--cluster=worker=127.0.0.1:1,", consumer_->address())},
-        kWaitLimit);
+    const char* launcher = std::getenv("RDV_TEST_LAUNCHER");
+    const std::vector<std::string> args = {
+        "--task=0", "--enable_driver", absl::StrCat("--protocol=", GetParam().protocol),
+        absl::StrCat("--listen=", launcher ? HostOf(launcher) : "127.0.0.1", ":0"),
+        absl::StrCat("--cluster=worker=127.0.0.1:1,", consumer_->address())};
+    auto producer = launcher ? WorkerProcess::Launch(launcher, args, kWaitLimit, ProducerEnv())
+                             : WorkerProcess::Start(args, kWaitLimit, ProducerEnv());
     ASSERT_TRUE(producer.ok()) << producer.status();
     producer_ = *std::move(producer);
     consumer_->worker_cache().SetAddress("worker", 0, producer_->address());
@@ -134,6 +134,32 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
                                                           grpc::InsecureChannelCredentials()));
     worker_stub_ = WorkerService::NewStub(
         grpc::CreateChannel(producer_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  // What the producer runs under beside its own host's environment: this
+  // setting's UCX_TLS and, with RDV_TEST_PEER_IB_DEVICE, another device, so
+  // that the bytes cross the wire between the two.
+  EnvChanges ProducerEnv() const {
+    EnvChanges env;
+    const ProtocolSetting& setting = GetParam();
+    env.emplace_back("UCX_TLS", setting.ucx_tls ? std::optional<std::string>(setting.ucx_tls)
+                                                : std::nullopt);
+    if (!setting.needs_rdma) return env;
+    if (setting.ucx_tls != nullptr) env.emplace_back("UCX_UD_VERBS_ETH_DGID_CHECK", "n");
+    if (const char* peer = std::getenv("RDV_TEST_PEER_IB_DEVICE")) {
+      env.emplace_back("RDV_IB_DEVICE", peer);
+      env.emplace_back("UCX_NET_DEVICES", absl::StrCat(peer, ":1"));
+    }
+    return env;
+  }
+
+  static std::string EnvOr(const char* name, const char* fallback) {
+    const char* value = std::getenv(name);
+    return value != nullptr ? value : fallback;
+  }
+
+  static std::string HostOf(const std::string& address) {
+    return address.substr(0, address.rfind(':'));
   }
 
   ParsedKey Key(const std::string& name, uint64_t incarnation = 0,
@@ -379,11 +405,11 @@ TEST_P(RemoteConformanceTest, HungProducerFailsPendingRecvWithinPeerTimeout) {
   RecvResult result;
   consumer_->rendezvous_mgr().Find(33)->RecvAsync(Key("stuck"), {}, result.Capture());
   ASSERT_TRUE(Produce(33, {}).ok());  // the producer is up and serving
-  kill(producer_->pid(), SIGSTOP);    // alive, connected, silent
+  ASSERT_TRUE(producer_->Signal(SIGSTOP).ok());  // alive, connected, silent
   const absl::Time stopped = absl::Now();
   ASSERT_TRUE(result.Wait());
   const absl::Duration took = absl::Now() - stopped;
-  kill(producer_->pid(), SIGCONT);
+  EXPECT_TRUE(producer_->Signal(SIGCONT).ok());
   producer_->Kill();
   EXPECT_EQ(result.status.code(), absl::StatusCode::kUnavailable) << result.status;
   EXPECT_LT(took, kPeerTimeout + absl::Seconds(3)) << "keepalive did not notice the hung peer";
