@@ -1,38 +1,77 @@
 #!/usr/bin/env bash
 # Entry point of the rdv image. Roles (first argument):
-#   server  serve rdv-bench Sends over $RDV_PROTOCOL on :18515
-#   client  run the grpc+verbs conformance suite against this container's
-#           device, then rdv-bench against $RDV_SERVER
+#   server  serves, on $RDV_LISTEN_HOST: an rdv-launcher on :18600 (the
+#           client's conformance suite starts its producer workers here)
+#           and an rdv-bench server over $RDV_PROTOCOL on :18515
+#   client  runs rdv's conformance suite for grpc+verbs and for grpc+ucx
+#           over rc_verbs with its producers in the server container, then
+#           rdv-bench against the server
 #   any other command runs as given.
-# With RDV_ADD_RXE=1 the container first adds a SoftRoCE device on its
-# eth0 (needs NET_ADMIN and a host kernel with rdma_rxe); otherwise it uses
-# the RDMA device it was given (/dev/infiniband).
+# With RDV_ADD_RXE=1 the container first adds its own SoftRoCE device on
+# $RDV_RXE_NETDEV (needs NET_ADMIN, the host's network and rdma_rxe);
+# otherwise it uses the device it was given (RDV_IB_DEVICE).
+# Binaries come from RDV_BUILD_DIR (default: the image's own build).
 set -euo pipefail
 ulimit -l unlimited
 
+build=${RDV_BUILD_DIR:-/rdv/build/release}
+protocol=${RDV_PROTOCOL:-grpc+verbs}
+listen_host=${RDV_LISTEN_HOST:?set RDV_LISTEN_HOST to this container\'s address}
+say() { echo "entrypoint: $*"; }
+
 add_rxe() {
-  local netdev=${RDV_RXE_NETDEV:-eth0} name=rxe_${HOSTNAME:0:8}
+  local netdev=${RDV_RXE_NETDEV:?set RDV_RXE_NETDEV to the netdev to add rxe on}
+  local name=rxe_${netdev}
   rdma link add "$name" type rxe netdev "$netdev"
   for _ in $(seq 100); do
     grep -q ACTIVE "/sys/class/infiniband/$name/ports/1/state" 2>/dev/null && break
     sleep 0.1
   done
   grep -q ACTIVE "/sys/class/infiniband/$name/ports/1/state" ||
-    { echo "entrypoint: $name on $netdev never became ACTIVE" >&2; exit 1; }
+    { say "$name on $netdev never became ACTIVE" >&2; exit 1; }
   export RDV_IB_DEVICE=$name
-  echo "entrypoint: added $name on $netdev"
+  say "added $name on $netdev"
+}
+
+# Waits (bounded) until host:port accepts a TCP connection.
+wait_for_port() {
+  local host=$1 port=$2
+  for _ in $(seq 300); do
+    if (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then return 0; fi
+    sleep 0.2
+  done
+  say "nothing listens on $host:$port after 60 s" >&2
+  exit 1
+}
+
+serve() {
+  "$build/apps/rdv-bench" --server --listen "$listen_host:18515" --protocol "$protocol" &
+  exec "$build/apps/rdv-launcher" --listen "$listen_host:18600"
+}
+
+conformance() {  # setting (grpc_verbs, grpc_ucx_rdma)
+  say "conformance suite, setting $1, producers in the server container"
+  RDV_TEST_LAUNCHER=$server_host:18600 RDV_TEST_LISTEN_HOST=$listen_host \
+    RDV_TEST_REQUIRE_RDMA=1 RDV_TEST_MAX_BYTES=${RDV_TEST_MAX_BYTES:-4194304} \
+    "$build/tests/control/rdv_remote_conformance_test" --gtest_filter="*/$1"
+}
+
+measure() {
+  server_host=${RDV_SERVER_HOST:?set RDV_SERVER_HOST to the server container\'s address}
+  wait_for_port "$server_host" 18600
+  wait_for_port "$server_host" 18515
+  conformance grpc_verbs
+  conformance grpc_ucx_rdma
+  say "rdv-bench from this container to the server, $protocol"
+  exec "$build/apps/rdv-bench" --client "$server_host:18515" --protocol "$protocol" \
+    --sizes "${RDV_BENCH_SIZES:-64K,1M,4M}" --in_flight 8 --iters "${RDV_BENCH_ITERS:-50}"
 }
 
 if [[ ${RDV_ADD_RXE:-0} == 1 ]]; then add_rxe; fi
-protocol=${RDV_PROTOCOL:-grpc+verbs}
+: "${RDV_IB_DEVICE:?set RDV_IB_DEVICE, or RDV_ADD_RXE=1 to add a device}"
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-$RDV_IB_DEVICE:1}
 case "${1:-client}" in
-  server)
-    exec rdv-bench --server --listen 0.0.0.0:18515 --protocol "$protocol" ;;
-  client)
-    RDV_TEST_REQUIRE_RDMA=1 RDV_TEST_MAX_BYTES=${RDV_TEST_MAX_BYTES:-4194304} \
-      /rdv/build/release/tests/control/rdv_remote_conformance_test --gtest_filter='*grpc_verbs'
-    exec rdv-bench --client "${RDV_SERVER:?set RDV_SERVER=host:port}" --protocol "$protocol" \
-      --sizes "${RDV_BENCH_SIZES:-64K,1M,4M}" --in_flight 8 --iters 50 ;;
-  *)
-    exec "$@" ;;
+  server) serve ;;
+  client) measure ;;
+  *) exec "$@" ;;
 esac
