@@ -3,7 +3,10 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -17,6 +20,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "control/grpc_status.h"
@@ -233,7 +237,50 @@ class LaunchedWorkerProcess final : public WorkerProcess {
   uint64_t worker_id_ = 0;  // 0: none (never started, or reaped)
 };
 
+// A port nothing listens on now: bound to port 0, read back, released.
+// Another process could take it before the worker does; the worker then
+// fails to start and says so.
+absl::StatusOr<int> FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  const int error = errno;
+  close(fd);
+  if (!ok) return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", strerror(error)));
+  return ntohs(address.sin_port);
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<std::unique_ptr<WorkerProcess>>> StartLocalCluster(
+    int count, const std::vector<std::string>& args, absl::Duration timeout,
+    std::string* cluster, const std::vector<EnvChanges>& task_env) {
+  std::vector<std::string> addresses;
+  for (int task = 0; task < count; ++task) {
+    RDV_ASSIGN_OR_RETURN(const int port, FreeLoopbackPort());
+    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  const std::string spec = absl::StrCat("worker=", absl::StrJoin(addresses, ","));
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int task = 0; task < count; ++task) {
+    std::vector<std::string> worker_args = {absl::StrCat("--task=", task),
+                                            absl::StrCat("--cluster=", spec)};
+    worker_args.insert(worker_args.end(), args.begin(), args.end());
+    RDV_ASSIGN_OR_RETURN(std::unique_ptr<WorkerProcess> worker,
+                         WorkerProcess::Start(worker_args, timeout,
+                                              task < static_cast<int>(task_env.size())
+                                                  ? task_env[task]
+                                                  : EnvChanges{}));
+    workers.push_back(std::move(worker));
+  }
+  *cluster = spec;
+  return workers;
+}
 
 absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(
     const std::vector<std::string>& args, absl::Duration timeout, const EnvChanges& env) {

@@ -66,4 +66,11 @@ class WorkerProcess {
   uint64_t incarnation_ = 0;
 };
 
+// `count` rdv-workers on 127.0.0.1 that know each other: tasks 0..count-1
+// of job "worker", each on a free port, each with `args` besides and, when
+// given, task t with `task_env[t]`. Sets `cluster` to their addresses.
+absl::StatusOr<std::vector<std::unique_ptr<WorkerProcess>>> StartLocalCluster(
+    int count, const std::vector<std::string>& args, absl::Duration timeout,
+    std::string* cluster, const std::vector<EnvChanges>& task_env = {});
+
 }  // namespace rdv::control

@@ -16,12 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "control/grpc_status.h"
+#include "control/named_tensor.h"
 #include "control/protocol.h"
 #include "control/rpc_remote_rendezvous.h"
 #include "control/tensor_codec.h"
 #include "control/tensor_pattern.h"
 #include "core/logging.h"
 #include "core/notification.h"
+#include "graph/executor.h"
 
 namespace rdv::control {
 namespace {
@@ -32,7 +34,10 @@ using WorkerServiceBase = WorkerService::WithCallbackMethod_Handshake<
             WorkerService::WithCallbackMethod_CleanupStep<
                 WorkerService::WithCallbackMethod_AbortStep<
                     WorkerService::WithCallbackMethod_WithdrawRecvTensor<
-                        WorkerService::Service>>>>>>;
+                        WorkerService::WithCallbackMethod_RegisterGraph<
+                            WorkerService::WithCallbackMethod_RunGraph<
+                                WorkerService::WithCallbackMethod_CleanupGraph<
+                                    WorkerService::Service>>>>>>>>>;
 
 uint64_t NewIncarnation() {
   std::random_device random;
@@ -81,6 +86,12 @@ class WorkerServer::Impl {
   const std::string& Bytes(uint64_t size);
   void AbortStep(const AbortStepRequest& request);
   void CleanupStep(int64_t step_id);
+  absl::StatusOr<std::string> RegisterGraph(const RegisterGraphRequest& request);
+  // Runs the partition for the step; `done` runs once it has (on the
+  // thread that finishes it). A failure aborts the step on every worker.
+  void RunGraph(const RunGraphRequest& request, RunGraphResponse* response,
+                absl::AnyInvocable<void(absl::Status) &&> done);
+  absl::Status CleanupGraph(const std::string& handle);
 
   WorkerServerOptions options_;
   WorkerEnv env_;
@@ -121,6 +132,27 @@ class WorkerServer::Impl {
       impl_->AbortStep(*request);
       return Reply(context, absl::OkStatus());
     }
+    grpc::ServerUnaryReactor* RegisterGraph(grpc::CallbackServerContext* context,
+                                            const RegisterGraphRequest* request,
+                                            RegisterGraphResponse* response) override {
+      absl::StatusOr<std::string> handle = impl_->RegisterGraph(*request);
+      if (handle.ok()) response->set_graph_handle(*handle);
+      return Reply(context, handle.status());
+    }
+    grpc::ServerUnaryReactor* RunGraph(grpc::CallbackServerContext* context,
+                                       const RunGraphRequest* request,
+                                       RunGraphResponse* response) override {
+      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      impl_->RunGraph(*request, response, [reactor](absl::Status status) {
+        reactor->Finish(ToGrpcStatus(status));
+      });
+      return reactor;
+    }
+    grpc::ServerUnaryReactor* CleanupGraph(grpc::CallbackServerContext* context,
+                                           const CleanupGraphRequest* request,
+                                           CleanupGraphResponse*) override {
+      return Reply(context, impl_->CleanupGraph(request->graph_handle()));
+    }
 
    private:
     Impl* const impl_;
@@ -160,6 +192,9 @@ class WorkerServer::Impl {
   // Driver tensors, made once per (dtype, dims, seed) and sent many times.
   std::map<std::tuple<int, std::vector<int64_t>, uint32_t>, Tensor> pattern_tensors_;  // mu_
   std::map<uint64_t, std::string> byte_payloads_;  // guarded by mu_
+  // Registered partitions; a run holds its executor until it ends.
+  std::map<std::string, std::shared_ptr<const graph::Executor>> graphs_;  // mu_
+  int64_t graphs_registered_ = 0;  // mu_
 };
 
 // Streams one tensor to a consumer: waits for the local Send, then writes
@@ -459,6 +494,81 @@ void WorkerServer::Impl::AbortStep(const AbortStepRequest& request) {
           if (--forwards_in_flight_ == 0) forwards_done_.notify_all();
         });
   }
+}
+
+absl::StatusOr<std::string> WorkerServer::Impl::RegisterGraph(
+    const RegisterGraphRequest& request) {
+  graph::GraphDef def;
+  if (!def.ParseFromString(request.graph_def())) {
+    return absl::InvalidArgumentError("RegisterGraph: graph_def is not a serialized GraphDef");
+  }
+  for (const graph::NodeDef& node : def.node()) {
+    absl::StatusOr<DeviceName> device = DeviceName::Parse(node.device());
+    if (device.ok() && !InSameAddressSpace(*device, env_.worker)) {
+      return absl::InvalidArgumentError(absl::StrCat(graph::NodeContext(node), "is placed on ",
+                                                     node.device(), ", not on ",
+                                                     env_.worker_name));
+    }
+  }
+  RDV_ASSIGN_OR_RETURN(std::unique_ptr<graph::Executor> executor,
+                       graph::Executor::Create(std::move(def)));
+  std::lock_guard lock(mu_);
+  const std::string handle = absl::StrCat("graph_", ++graphs_registered_);
+  graphs_[handle] = std::move(executor);
+  return handle;
+}
+
+void WorkerServer::Impl::RunGraph(const RunGraphRequest& request, RunGraphResponse* response,
+                                  absl::AnyInvocable<void(absl::Status) &&> done) {
+  std::shared_ptr<const graph::Executor> executor;
+  {
+    std::lock_guard lock(mu_);
+    auto it = graphs_.find(request.graph_handle());
+    if (it != graphs_.end()) executor = it->second;
+  }
+  if (executor == nullptr) {
+    std::move(done)(absl::NotFoundError(absl::StrCat(
+        "RunGraph: no graph '", request.graph_handle(), "' on ", env_.worker_name)));
+    return;
+  }
+  graph::Executor::Feeds feeds;
+  for (const NamedTensor& feed : request.feeds()) {
+    absl::StatusOr<Tensor> value = FromNamedTensor(feed);
+    if (!value.ok()) {
+      std::move(done)(value.status());
+      return;
+    }
+    feeds.emplace_back(feed.name(), *std::move(value));
+  }
+  const std::vector<std::string> fetches(request.fetches().begin(), request.fetches().end());
+  std::shared_ptr<Rendezvous> rendezvous = rendezvous_mgr_.Find(request.step_id());
+  executor->RunAsync(
+      rendezvous.get(), feeds, fetches,
+      [this, executor, rendezvous, step_id = request.step_id(), fetches, response,
+       done = std::move(done)](absl::Status status, std::vector<Tensor> fetched) mutable {
+        if (!status.ok()) {
+          // The root cause fails the step on the other workers too.
+          AbortStepRequest abort;
+          abort.set_step_id(step_id);
+          abort.set_code(static_cast<int>(status.code()));
+          abort.set_message(std::string(status.message()));
+          abort.set_propagate(true);
+          AbortStep(abort);
+        }
+        for (size_t i = 0; status.ok() && i < fetched.size(); ++i) {
+          status = ToNamedTensor(fetches[i], fetched[i], response->add_fetched());
+        }
+        std::move(done)(status);
+      });
+}
+
+absl::Status WorkerServer::Impl::CleanupGraph(const std::string& handle) {
+  std::lock_guard lock(mu_);
+  if (graphs_.erase(handle) == 0) {
+    return absl::NotFoundError(absl::StrCat("CleanupGraph: no graph '", handle, "' on ",
+                                            env_.worker_name));
+  }
+  return absl::OkStatus();
 }
 
 bool WorkerServer::Impl::Withdraw(int64_t step_id, int64_t request_id) {

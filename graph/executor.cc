@@ -19,9 +19,15 @@ struct Entry {
   bool is_dead = false;
 };
 
+// One output of one node: a fetch or a feed.
 struct Fetch {
   int node = -1;
   int slot = 0;
+};
+
+struct Feed {
+  Fetch output;
+  Tensor value;
 };
 
 }  // namespace
@@ -50,28 +56,51 @@ class Executor::Impl {
   absl::StatusOr<std::vector<Fetch>> ResolveFetches(const std::vector<std::string>& names) const {
     std::vector<Fetch> fetches;
     for (const std::string& name : names) {
-      Fetch fetch;
-      absl::string_view node_name = name;
-      if (const size_t colon = node_name.rfind(':'); colon != absl::string_view::npos) {
-        if (!absl::SimpleAtoi(node_name.substr(colon + 1), &fetch.slot)) {
-          return absl::InvalidArgumentError(absl::StrCat("fetch '", name, "': bad slot"));
-        }
-        node_name = node_name.substr(0, colon);
-      }
-      std::optional<int> node = graph_.FindNode(node_name);
-      if (!node) {
-        return absl::InvalidArgumentError(absl::StrCat("fetch '", name, "': no node '", node_name,
-                                                       "' in this partition"));
-      }
-      if (fetch.slot < 0 || fetch.slot >= graph_.num_outputs(*node)) {
-        return absl::InvalidArgumentError(absl::StrCat("fetch '", name, "': node has ",
-                                                       graph_.num_outputs(*node), " outputs"));
-      }
-      fetch.node = *node;
+      RDV_ASSIGN_OR_RETURN(Fetch fetch, Resolve("fetch", name));
       fetches.push_back(fetch);
     }
     return fetches;
   }
+
+  absl::StatusOr<std::vector<Feed>> ResolveFeeds(const Executor::Feeds& feeds) const {
+    std::vector<Feed> resolved;
+    for (const auto& [name, value] : feeds) {
+      RDV_ASSIGN_OR_RETURN(Fetch output, Resolve("feed", name));
+      const DType want = graph_.output_type(output.node, output.slot);
+      if (value.dtype() != want || !value.location().is_host()) {
+        return absl::InvalidArgumentError(absl::StrCat("feed '", name, "': ", value.DebugString(),
+                                                       " given, the output is ", DTypeName(want),
+                                                       " (host memory)"));
+      }
+      resolved.push_back({output, value});
+    }
+    return resolved;
+  }
+
+ private:
+  absl::StatusOr<Fetch> Resolve(absl::string_view what, const std::string& name) const {
+    Fetch fetch;
+    absl::string_view node_name = name;
+    if (const size_t colon = node_name.rfind(':'); colon != absl::string_view::npos) {
+      if (!absl::SimpleAtoi(node_name.substr(colon + 1), &fetch.slot)) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " '", name, "': bad slot"));
+      }
+      node_name = node_name.substr(0, colon);
+    }
+    std::optional<int> node = graph_.FindNode(node_name);
+    if (!node) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " '", name, "': no node '", node_name,
+                                                     "' in this partition"));
+    }
+    if (fetch.slot < 0 || fetch.slot >= graph_.num_outputs(*node)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " '", name, "': node has ",
+                                                     graph_.num_outputs(*node), " outputs"));
+    }
+    fetch.node = *node;
+    return fetch;
+  }
+
+ public:
 
   const Graph& graph() const { return graph_; }
   const std::vector<int>& consumers(int node) const { return consumers_[node]; }
@@ -89,22 +118,34 @@ namespace {
 class StepRun : public std::enable_shared_from_this<StepRun> {
  public:
   StepRun(const Executor::Impl& plan, Rendezvous* rendezvous, std::vector<Fetch> fetches,
-      Executor::DoneCallback done)
+          Executor::DoneCallback done)
       : plan_(plan),
         graph_(plan.graph()),
         rendezvous_(rendezvous),
         fetches_(std::move(fetches)),
         done_(std::move(done)),
+        fed_(graph_.num_nodes(), false),
         pending_(graph_.num_nodes()),
         outputs_(graph_.num_nodes()),
         unfinished_(graph_.num_nodes()) {}
 
-  void Start() {
+  void Start(const std::vector<Feed>& feeds) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int i = 0; i < graph_.num_nodes(); ++i) {
         pending_[i] = static_cast<int>(graph_.inputs(i).size());
-        if (pending_[i] == 0) ready_.push_back(i);
+      }
+      // A fed node is done from the start; it never runs.
+      for (const Feed& feed : feeds) {
+        outputs_[feed.output.node].resize(graph_.num_outputs(feed.output.node));
+        outputs_[feed.output.node][feed.output.slot] = Entry{feed.value, false};
+        if (fed_[feed.output.node]) continue;
+        fed_[feed.output.node] = true;
+        --unfinished_;
+        for (int consumer : plan_.consumers(feed.output.node)) --pending_[consumer];
+      }
+      for (int i = 0; i < graph_.num_nodes(); ++i) {
+        if (pending_[i] == 0 && !fed_[i]) ready_.push_back(i);
       }
     }
     Drain();
@@ -214,7 +255,7 @@ class StepRun : public std::enable_shared_from_this<StepRun> {
     }
     outputs_[node] = std::move(outputs);
     for (int consumer : plan_.consumers(node)) {
-      if (--pending_[consumer] == 0) ready_.push_back(consumer);
+      if (--pending_[consumer] == 0 && !fed_[consumer]) ready_.push_back(consumer);
     }
   }
 
@@ -259,6 +300,7 @@ class StepRun : public std::enable_shared_from_this<StepRun> {
   Rendezvous* const rendezvous_;
   const std::vector<Fetch> fetches_;
   Executor::DoneCallback done_;
+  std::vector<bool> fed_;  // set by Start, then only read
 
   std::mutex mu_;
   std::vector<int> pending_;                 // inputs not yet done, per node
@@ -286,25 +328,28 @@ Executor::~Executor() = default;
 
 const Graph& Executor::graph() const { return impl_->graph(); }
 
-void Executor::RunAsync(Rendezvous* rendezvous, const std::vector<std::string>& fetches,
-                        DoneCallback done) const {
+void Executor::RunAsync(Rendezvous* rendezvous, const Feeds& feeds,
+                        const std::vector<std::string>& fetches, DoneCallback done) const {
   absl::StatusOr<std::vector<Fetch>> resolved = impl_->ResolveFetches(fetches);
-  if (!resolved.ok()) {
-    std::move(done)(resolved.status(), {});
+  absl::StatusOr<std::vector<Feed>> resolved_feeds = impl_->ResolveFeeds(feeds);
+  if (!resolved.ok() || !resolved_feeds.ok()) {
+    std::move(done)(resolved.ok() ? resolved_feeds.status() : resolved.status(), {});
     return;
   }
-  std::make_shared<StepRun>(*impl_, rendezvous, *std::move(resolved), std::move(done))->Start();
+  std::make_shared<StepRun>(*impl_, rendezvous, *std::move(resolved), std::move(done))
+      ->Start(*resolved_feeds);
 }
 
-absl::Status Executor::Run(Rendezvous* rendezvous, const std::vector<std::string>& fetches,
-                           std::vector<Tensor>* fetched, absl::Duration timeout) const {
+absl::Status Executor::Run(Rendezvous* rendezvous, const Feeds& feeds,
+                           const std::vector<std::string>& fetches, std::vector<Tensor>* fetched,
+                           absl::Duration timeout) const {
   struct Result {
     Notification done;
     absl::Status status;
     std::vector<Tensor> tensors;
   };
   auto result = std::make_shared<Result>();
-  RunAsync(rendezvous, fetches, [result](absl::Status status, std::vector<Tensor> tensors) {
+  RunAsync(rendezvous, feeds, fetches, [result](absl::Status status, std::vector<Tensor> tensors) {
     result->status = std::move(status);
     result->tensors = std::move(tensors);
     result->done.Notify();

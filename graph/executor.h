@@ -37,20 +37,26 @@ class Executor {
   // status, then the fetched tensors in the order asked for.
   using DoneCallback = absl::AnyInvocable<void(absl::Status, std::vector<Tensor>) &&>;
 
+  // "node:slot" (or "node" for slot 0) and a host tensor of the output's
+  // dtype, used instead of running the node (whose inputs are then not
+  // waited for).
+  using Feeds = std::vector<std::pair<std::string, Tensor>>;
+
   // Runs the partition once against `rendezvous` (not owned; it must
   // outlive the run) and returns at once. `fetches` name outputs as
   // "node:slot" (or "node" for slot 0). `done` runs exactly once, on the
   // thread that finishes the run: this one, or a Recv's completion thread.
   // Several runs (steps) of one executor may overlap; the executor must
   // outlive them.
-  void RunAsync(Rendezvous* rendezvous, const std::vector<std::string>& fetches,
-                DoneCallback done) const;
+  void RunAsync(Rendezvous* rendezvous, const Feeds& feeds,
+                const std::vector<std::string>& fetches, DoneCallback done) const;
 
   // RunAsync, waiting at most `timeout`; on DEADLINE_EXCEEDED the step's
   // rendezvous is aborted and the run is waited for, so nothing refers to
   // the caller afterwards.
-  absl::Status Run(Rendezvous* rendezvous, const std::vector<std::string>& fetches,
-                   std::vector<Tensor>* fetched, absl::Duration timeout) const;
+  absl::Status Run(Rendezvous* rendezvous, const Feeds& feeds,
+                   const std::vector<std::string>& fetches, std::vector<Tensor>* fetched,
+                   absl::Duration timeout) const;
 
   const Graph& graph() const;
 

@@ -61,7 +61,7 @@ std::map<std::string, std::shared_ptr<RunResult>> RunPartitions(
     auto result = std::make_shared<RunResult>();
     results[device] = result;
     auto it = fetches.find(device);
-    executor->RunAsync(rendezvous, it == fetches.end() ? std::vector<std::string>{} : it->second,
+    executor->RunAsync(rendezvous, {}, it == fetches.end() ? std::vector<std::string>{} : it->second,
                        [result](absl::Status status, std::vector<Tensor> fetched) {
                          result->status = std::move(status);
                          result->fetched = std::move(fetched);
@@ -95,7 +95,7 @@ TEST(ExecutorTest, OneDeviceComputesTheChain) {
   ASSERT_TRUE(executor.ok()) << executor.status();
   IntraProcessRendezvous rendezvous;
   std::vector<Tensor> fetched;
-  ASSERT_TRUE((*executor)->Run(&rendezvous, {"t:0", "n", "m:0"}, &fetched, kWaitLimit).ok());
+  ASSERT_TRUE((*executor)->Run(&rendezvous, {}, {"t:0", "n", "m:0"}, &fetched, kWaitLimit).ok());
   // m = [[19, 22], [43, 50]]; s = m + a = [[20, 24], [46, 54]]; t = [66, 78].
   EXPECT_EQ(Values(fetched[0]), (std::vector<float>{66, 78}));
   EXPECT_EQ(Values(fetched[1]), (std::vector<float>{1, 4, 9, 16}));
@@ -143,7 +143,7 @@ TEST(ExecutorTest, RecvThatNeverArrivesTimesOut) {
   std::vector<Tensor> fetched;
   // Only CPU:0's partition runs: its Recv of m waits for a Send that never comes.
   const absl::Status status =
-      executors[kCpu0]->Run(&rendezvous, {"t:0"}, &fetched, absl::Milliseconds(200));
+      executors[kCpu0]->Run(&rendezvous, {}, {"t:0"}, &fetched, absl::Milliseconds(200));
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
 }
 
@@ -154,9 +154,9 @@ TEST(ExecutorTest, BadFetchesAndGpuNodesAreClearErrors) {
   ASSERT_TRUE(executor.ok());
   IntraProcessRendezvous rendezvous;
   std::vector<Tensor> fetched;
-  EXPECT_THAT(std::string((*executor)->Run(&rendezvous, {"nope:0"}, &fetched, kWaitLimit).message()),
+  EXPECT_THAT(std::string((*executor)->Run(&rendezvous, {}, {"nope:0"}, &fetched, kWaitLimit).message()),
               HasSubstr("fetch 'nope:0': no node 'nope'"));
-  EXPECT_THAT(std::string((*executor)->Run(&rendezvous, {"t:1"}, &fetched, kWaitLimit).message()),
+  EXPECT_THAT(std::string((*executor)->Run(&rendezvous, {}, {"t:1"}, &fetched, kWaitLimit).message()),
               HasSubstr("fetch 't:1': node has 1 outputs"));
 
   auto gpu = Graph::FromJson(ChainJson("/job:w/replica:0/task:0/device:GPU:0",
@@ -165,8 +165,26 @@ TEST(ExecutorTest, BadFetchesAndGpuNodesAreClearErrors) {
   auto gpu_executor = Executor::Create(gpu->def());
   ASSERT_TRUE(gpu_executor.ok());
   IntraProcessRendezvous gpu_rendezvous;
-  const absl::Status status = (*gpu_executor)->Run(&gpu_rendezvous, {"t"}, &fetched, kWaitLimit);
+  const absl::Status status = (*gpu_executor)->Run(&gpu_rendezvous, {}, {"t"}, &fetched, kWaitLimit);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+}
+
+TEST(ExecutorTest, FeedsReplaceTheirNodes) {
+  auto graph = Graph::FromJson(ChainJson(kCpu0, kCpu0, /*b_rows=*/3));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  auto executor = Executor::Create(graph->def());
+  ASSERT_TRUE(executor.ok());
+  auto ones = Tensor::Allocate(HostAllocator(), DType::kFloat, *TensorShape::Create({2, 2}));
+  ASSERT_TRUE(ones.ok());
+  std::fill(ones->flat<float>(), ones->flat<float>() + 4, 1.0f);
+  IntraProcessRendezvous rendezvous;
+  std::vector<Tensor> fetched;
+  // b has 3 rows, so running m would fail: the feed keeps it from running.
+  ASSERT_TRUE((*executor)->Run(&rendezvous, {{"m:0", *ones}}, {"t:0"}, &fetched, kWaitLimit).ok());
+  EXPECT_EQ(Values(fetched[0]), (std::vector<float>{6, 8}));  // s = a + 1
+  const absl::Status wrong =
+      (*executor)->Run(&rendezvous, {{"axis:0", *ones}}, {"t:0"}, &fetched, kWaitLimit);
+  EXPECT_THAT(std::string(wrong.message()), HasSubstr("feed 'axis:0'"));
 }
 
 TEST(KernelsTest, ConstantsRepeatTheirLastValueAndCastConverts) {
