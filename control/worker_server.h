@@ -1,6 +1,8 @@
 // A worker's gRPC server: the WorkerService every remote protocol uses
-// (Handshake, RecvTensor, ReleaseTransfers, CleanupStep, AbortStep), and the
-// DriverService when enabled. One per process; embeddable (rdv-worker runs
+// (Handshake, RecvTensor, ReleaseTransfers, CleanupStep, AbortStep), the
+// graph runner's RegisterGraph / RunGraph / CleanupGraph (graph/executor.h
+// runs a partition on the step's rendezvous), and the DriverService when
+// enabled. One per process; embeddable (rdv-worker runs
 // one). Start binds and serves on gRPC's threads; the destructor shuts the
 // server down and cleans up every step.
 #pragma once
