@@ -17,7 +17,15 @@ if(RDV_SANITIZE)
   if(NOT RDV_SANITIZE MATCHES "^(address,undefined|undefined,address|address|undefined|thread)$")
     message(FATAL_ERROR "RDV_SANITIZE='${RDV_SANITIZE}': use 'address,undefined' or 'thread'")
   endif()
-  target_compile_options(rdv_build_flags INTERFACE
+endif()
+
+# The sanitizer alone, for code built without rdv's warnings (generated
+# protobuf code): the same instrumentation on both sides of every inline
+# protobuf function.
+add_library(rdv_sanitize_flags INTERFACE)
+if(RDV_SANITIZE)
+  target_compile_options(rdv_sanitize_flags INTERFACE
     -fsanitize=${RDV_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
-  target_link_options(rdv_build_flags INTERFACE -fsanitize=${RDV_SANITIZE})
+  target_link_options(rdv_sanitize_flags INTERFACE -fsanitize=${RDV_SANITIZE})
+  target_link_libraries(rdv_build_flags INTERFACE rdv_sanitize_flags)
 endif()
