@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/device_copy.h"
 #include "core/notification.h"
 #include "graph/kernels.h"
 #include "graph/ops.h"
@@ -205,10 +206,8 @@ class StepRun : public std::enable_shared_from_this<StepRun> {
              absl::OkStatus());
       return;
     }
-    if (!graph_.device(node).IsCpu()) {
-      Finish(node, {}, absl::UnimplementedError(absl::StrCat(
-                           NodeContext(def), "rdv has CPU kernels only; this node is on ",
-                           def.device())));
+    if (graph_.device(node).IsGpu()) {
+      StartGpuNode(node, std::move(inputs));
       return;
     }
     absl::StatusOr<Tensor> output = RunCpuKernel(def, graph_.output_type(node, 0), inputs);
@@ -238,6 +237,68 @@ class StepRun : public std::enable_shared_from_this<StepRun> {
           self->Finish(node, {Entry{value, is_dead}}, status);
           self->Drain();
         });
+  }
+
+  // A node on a GPU: its inputs staged to host memory, the CPU kernel, the
+  // output copied back to the GPU (int32 stays in host memory, as in
+  // TensorFlow). Asynchronous, like a Recv: every copy completes on a CUDA
+  // thread.
+  void StartGpuNode(int node, std::vector<Tensor> inputs) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++recvs_in_flight_;
+    }
+    auto staged = std::make_shared<std::vector<Tensor>>(std::move(inputs));
+    StageInput(node, staged, 0);
+  }
+
+  void StageInput(int node, std::shared_ptr<std::vector<Tensor>> inputs, size_t index) {
+    if (index == inputs->size()) {
+      ComputeOnHost(node, *inputs);
+      return;
+    }
+    const Tensor input = (*inputs)[index];
+    if (input.location().is_host()) {
+      StageInput(node, std::move(inputs), index + 1);
+      return;
+    }
+    CopyTensorAsync(input, MemoryLocation::Host(),
+                    [self = shared_from_this(), node, inputs, index](absl::StatusOr<Tensor> host) {
+                      if (!host.ok()) return self->FinishGpuNode(node, {}, host.status());
+                      (*inputs)[index] = *std::move(host);
+                      self->StageInput(node, inputs, index + 1);
+                    });
+  }
+
+  void ComputeOnHost(int node, const std::vector<Tensor>& inputs) {
+    const NodeDef& def = graph_.node(node);
+    const DType dtype = graph_.output_type(node, 0);
+    absl::StatusOr<Tensor> output = RunCpuKernel(def, dtype, inputs);
+    if (!output.ok() || dtype == DType::kInt32) {
+      return FinishGpuNode(node, output.ok() ? std::vector<Entry>{Entry{*output, false}}
+                                             : std::vector<Entry>{},
+                           output.status());
+    }
+    CopyTensorAsync(*output, MemoryLocation::Cuda(graph_.device(node).id),
+                    [self = shared_from_this(), node, def](absl::StatusOr<Tensor> on_gpu) {
+                      if (!on_gpu.ok()) {
+                        return self->FinishGpuNode(
+                            node, {},
+                            absl::Status(on_gpu.status().code(),
+                                         absl::StrCat(NodeContext(def), on_gpu.status().message())));
+                      }
+                      self->FinishGpuNode(node, {Entry{*std::move(on_gpu), false}},
+                                          absl::OkStatus());
+                    });
+  }
+
+  void FinishGpuNode(int node, std::vector<Entry> outputs, const absl::Status& status) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --recvs_in_flight_;
+    }
+    Finish(node, std::move(outputs), status);
+    Drain();
   }
 
   // Records a node's outputs (or its error) and readies its consumers.
@@ -308,7 +369,7 @@ class StepRun : public std::enable_shared_from_this<StepRun> {
   std::deque<int> ready_;
   bool draining_ = false;
   int unfinished_;
-  int recvs_in_flight_ = 0;
+  int recvs_in_flight_ = 0;  // Recvs and GPU nodes not yet complete
   absl::Status status_;  // the root cause
   bool abort_pending_ = false;
   bool done_called_ = false;

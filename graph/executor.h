@@ -4,9 +4,12 @@
 // asynchronous: the executor keeps running other nodes while they wait and
 // their successors run on the thread that completes the Recv. Other nodes
 // run their CPU kernel (graph/kernels.h) on the thread that made them
-// ready; there are no GPU kernels yet (a compute node on a GPU device fails
-// with UNIMPLEMENTED). A dead input (is_dead from a Recv) makes every
-// output dead without running the kernel, as in TensorFlow.
+// ready. A node on a GPU device runs the same kernel on host copies of its
+// inputs and its output is copied back to that GPU by DMA (int32 outputs
+// stay in host memory, as in TensorFlow), asynchronously like a Recv:
+// correct, not fast; without a GPU it fails FAILED_PRECONDITION. A dead
+// input (is_dead from a Recv) makes every output dead without running the
+// kernel, as in TensorFlow.
 //
 // Errors: the first failure (a kernel, a Send, a Recv) is the step's root
 // cause. The executor aborts the step's rendezvous with it once, which
