@@ -101,6 +101,21 @@ class WorkerServer::Impl {
   std::string address_;
 
  private:
+  // A RunGraph whose client went away (or that a shutting-down server
+  // cancels) aborts its step, so that the run ends instead of waiting.
+  class RunGraphReactor final : public grpc::ServerUnaryReactor {
+   public:
+    explicit RunGraphReactor(std::shared_ptr<Rendezvous> rendezvous)
+        : rendezvous_(std::move(rendezvous)) {}
+    void OnCancel() override {
+      rendezvous_->StartAbort(absl::CancelledError("RunGraph was cancelled"));
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    const std::shared_ptr<Rendezvous> rendezvous_;
+  };
+
   class WorkerServiceImpl final : public WorkerServiceBase {
    public:
     explicit WorkerServiceImpl(Impl* impl) : impl_(impl) {}
@@ -139,10 +154,10 @@ class WorkerServer::Impl {
       if (handle.ok()) response->set_graph_handle(*handle);
       return Reply(context, handle.status());
     }
-    grpc::ServerUnaryReactor* RunGraph(grpc::CallbackServerContext* context,
+    grpc::ServerUnaryReactor* RunGraph(grpc::CallbackServerContext*,
                                        const RunGraphRequest* request,
                                        RunGraphResponse* response) override {
-      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      auto* reactor = new RunGraphReactor(impl_->rendezvous_mgr_.Find(request->step_id()));
       impl_->RunGraph(*request, response, [reactor](absl::Status status) {
         reactor->Finish(ToGrpcStatus(status));
       });
@@ -177,6 +192,7 @@ class WorkerServer::Impl {
   };
 
   class RecvTensorReactor;
+
 
   WorkerServiceImpl worker_service_;
   DriverServiceImpl driver_service_;

@@ -13,6 +13,7 @@
 #include "core/intra_process_rendezvous.h"
 #include "gmock/gmock.h"
 #include "graph/executor.h"
+#include "graph/kernels.h"
 #include "gtest/gtest.h"
 
 namespace rdv::control {
@@ -165,6 +166,16 @@ TEST_P(GraphRunTest, FailingKernelFailsTheStepOnEveryWorkerAndTheNextRunsClean) 
   ASSERT_TRUE(session_->Register(good, {"out:0"}).ok());
   StepResult next = session_->RunStep(8, kWaitLimit);
   EXPECT_TRUE(next.status.ok()) << next.status;
+}
+
+TEST_P(GraphRunTest, StepPastItsDeadlineFailsAndTheNextRunsClean) {
+  const graph::Graph graph = LoadExample("fanout.json");
+  ASSERT_TRUE(session_->Register(graph, {"rounded:0"}).ok());
+  StepResult late = session_->RunStep(1, absl::Microseconds(1));
+  EXPECT_EQ(late.status.code(), absl::StatusCode::kDeadlineExceeded) << late.status;
+  StepResult next = session_->RunStep(2, kWaitLimit);
+  ASSERT_TRUE(next.status.ok()) << next.status;
+  EXPECT_EQ(graph::TensorSummary(next.fetched[0], 2), "int64 [256] {768, 768, ...}");
 }
 
 INSTANTIATE_TEST_SUITE_P(
