@@ -53,7 +53,6 @@ absl::StatusOr<std::string> ReadLine(int fd, absl::Time deadline) {
   }
 }
 
-
 // The caller's environment with `changes` applied, as "NAME=value" strings.
 std::vector<std::string> ChildEnvironment(const EnvChanges& changes) {
   std::map<std::string, std::string> variables;
