@@ -59,8 +59,8 @@ DataPlane::DataPlane(std::string protocol, DataPlaneOptions options,
       registrations_(transport_, allocator_, options.registration_cache_bytes) {}
 
 DataPlane::~DataPlane() {
+  held_.Clear();
   std::lock_guard lock(mu_);
-  pending_.clear();
   endpoints_.clear();
 }
 
@@ -111,38 +111,16 @@ absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t re
   RDV_ASSIGN_OR_RETURN(plugin::Registration registration, registrations_.Lookup(tensor.buffer()));
   descriptor.set_address(reinterpret_cast<uint64_t>(tensor.data()));
   descriptor.set_remote_key(registration.memory->remote_key());
-  {
-    std::lock_guard lock(mu_);
-    descriptor.set_transfer_id(next_transfer_id_++);
-    pending_.emplace(descriptor.transfer_id(), Pending{step_id, tensor, std::move(registration)});
-  }
+  descriptor.set_transfer_id(held_.Hold(step_id, tensor, std::move(registration.hold)));
   std::move(sent)(absl::OkStatus());
   return descriptor;
 }
 
 absl::Status DataPlane::Release(const ReleasedTransfer& transfer) {
-  std::lock_guard lock(mu_);
-  auto it = pending_.find(transfer.transfer_id());
-  // An ack that crossed the step's cleanup: the buffer is already free.
-  if (it == pending_.end() && cleaned_steps_.contains(transfer.step_id())) {
-    return absl::OkStatus();
-  }
-  if (it == pending_.end() || it->second.step_id != transfer.step_id() ||
-      it->second.tensor.TotalBytes() != transfer.length()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ReleaseTransfers: this worker holds no transfer ", transfer.transfer_id(), " of step ",
-        transfer.step_id(), " with length ", transfer.length()));
-  }
-  pending_.erase(it);
-  return absl::OkStatus();
+  return held_.Release(transfer);
 }
 
-void DataPlane::DropStep(int64_t step_id) {
-  std::lock_guard lock(mu_);
-  absl::erase_if(pending_, [step_id](const auto& entry) { return entry.second.step_id == step_id; });
-  if (cleaned_steps_.size() >= kCleanedStepsKept) cleaned_steps_.clear();
-  cleaned_steps_.insert(step_id);
-}
+void DataPlane::DropStep(int64_t step_id) { held_.DropStep(step_id); }
 
 void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
                       plugin::TransportDone done) {

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
+#include "control/held_transfers.h"
 #include "control/worker.pb.h"
 #include "core/tensor.h"
 #include "plugin/registration_cache.h"
@@ -68,12 +68,6 @@ class DataPlane {
              plugin::TransportDone done);
 
  private:
-  struct Pending {
-    int64_t step_id;
-    Tensor tensor;
-    plugin::Registration registration;
-  };
-
   DataPlane(std::string protocol, DataPlaneOptions options,
             std::shared_ptr<plugin::Transport> transport);
   absl::StatusOr<std::shared_ptr<plugin::TransportEndpoint>> EndpointTo(absl::string_view address);
@@ -86,12 +80,9 @@ class DataPlane {
   plugin::RegistrationCache registrations_;
   std::string local_address_;
 
+  HeldTransfers held_;
+
   mutable std::mutex mu_;
-  uint64_t next_transfer_id_ = 1;                                        // mu_
-  absl::flat_hash_map<uint64_t, Pending> pending_;                       // mu_
-  // Steps cleaned up lately, whose late acks are not errors; bounded.
-  static constexpr size_t kCleanedStepsKept = 4096;
-  absl::flat_hash_set<int64_t> cleaned_steps_;                           // mu_
   absl::flat_hash_map<std::string, std::shared_ptr<plugin::TransportEndpoint>> endpoints_;  // mu_
 };
 

@@ -5,8 +5,10 @@
 #include <grpcpp/support/proto_buffer_writer.h>
 
 #include "absl/strings/str_cat.h"
+#include "control/cuda_ipc_transfer.h"
 #include "control/grpc_status.h"
 #include "control/protocol.h"
+#include "core/cuda.h"
 #include "core/device_copy.h"
 #include "core/notification.h"
 
@@ -35,9 +37,43 @@ bool AwaitTag(grpc::CompletionQueue* queue, void* tag,
   }
 }
 
-std::shared_ptr<Allocator> DestinationAllocator(DataPlane* data_plane) {
-  if (data_plane == nullptr) return HostAllocator();
-  return data_plane->allocator();
+// Where the received bytes land first: the data plane's memory, or for
+// protocol grpc host memory, pinned when the tensor then goes to a GPU (the
+// DMA copy reads it without another staging copy).
+std::shared_ptr<Allocator> DestinationAllocator(DataPlane* data_plane, MemoryLocation destination) {
+  if (data_plane != nullptr) return data_plane->allocator();
+  if (!destination.is_host()) {
+    if (absl::StatusOr<std::shared_ptr<Allocator>> pinned = cuda::PinnedHostAllocator(); pinned.ok()) {
+      return *std::move(pinned);
+    }
+  }
+  return HostAllocator();
+}
+
+// Device memory for a tensor the producer lends by CUDA IPC; null when the
+// request did not ask for that.
+std::shared_ptr<Allocator> CudaIpcAllocator(const RecvTensorRequest& request,
+                                            MemoryLocation destination) {
+  if (!request.consumer_accepts_cuda_ipc()) return nullptr;
+  absl::StatusOr<std::shared_ptr<Allocator>> device = cuda::DeviceAllocator(destination.device);
+  return device.ok() ? *std::move(device) : nullptr;
+}
+
+// Starts the copy a RecvTensor answer described (data-plane transfer or
+// CUDA IPC) into the decoder's tensor; `done` runs once, on the transport's
+// or CUDA's thread, or at once on error.
+void StartSideTransfer(DataPlane* data_plane, const TensorDecoder& decoder,
+                       absl::AnyInvocable<void(absl::Status) &&> done) {
+  if (decoder.has_cuda_ipc()) {
+    FetchByCudaIpc(decoder.meta().cuda_ipc(), decoder.tensor(), std::move(done));
+    return;
+  }
+  if (data_plane == nullptr) {
+    std::move(done)(absl::FailedPreconditionError(
+        "the producer answered with a transport descriptor, but this worker has no data plane"));
+    return;
+  }
+  data_plane->Fetch(decoder.meta().transport(), decoder.tensor(), std::move(done));
 }
 
 }  // namespace
@@ -57,11 +93,18 @@ struct FetchJoin {
 };
 
 void ReleaseFetched(const WorkerClient& worker, int64_t step_id, const TensorMeta& meta) {
-  if (!meta.has_transport() || meta.transport().op() != RDV_TRANSPORT_OP_GET) return;
   ReleasedTransfer transfer;
   transfer.set_step_id(step_id);
-  transfer.set_transfer_id(meta.transport().transfer_id());
-  transfer.set_length(meta.transport().length());
+  if (meta.has_cuda_ipc()) {
+    transfer.set_cuda_ipc(true);
+    transfer.set_transfer_id(meta.cuda_ipc().transfer_id());
+    transfer.set_length(meta.cuda_ipc().length());
+  } else if (meta.has_transport() && meta.transport().op() == RDV_TRANSPORT_OP_GET) {
+    transfer.set_transfer_id(meta.transport().transfer_id());
+    transfer.set_length(meta.transport().length());
+  } else {
+    return;
+  }
   worker.releases->Release(transfer);
 }
 
@@ -76,7 +119,8 @@ RecvTensorCall::RecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* 
       destination_(destination),
       detach_(std::move(detach)),
       done_(std::move(done)),
-      decoder_(DestinationAllocator(data_plane)) {
+      decoder_(DestinationAllocator(data_plane, destination),
+               CudaIpcAllocator(request_, destination)) {
   calls_->Begin();
 }
 
@@ -112,23 +156,17 @@ void RecvTensorCall::OnReadDone(bool ok) {
   // round through the reactor.
   if (!decoder_.complete()) {
     StartRead(&response_);
-  } else if (decoder_.has_transport()) {
+  } else if (decoder_.has_transport() || decoder_.has_cuda_ipc()) {
     StartFetch();
   }
 }
 
 void RecvTensorCall::StartFetch() {
-  if (data_plane_ == nullptr) {
-    Abort(absl::FailedPreconditionError("the producer answered with a transport descriptor, "
-                                        "but this worker has no data plane"));
-    return;
-  }
   {
     std::lock_guard lock(join_->mu);
     join_->transport_started = true;
   }
-  data_plane_->Fetch(decoder_.meta().transport(), decoder_.tensor(),
-                     [this, join = join_](absl::Status status) {
+  StartSideTransfer(data_plane_, decoder_, [this, join = join_](absl::Status status) {
                        {
                          std::lock_guard lock(join->mu);
                          join->transport_done = true;
@@ -186,7 +224,7 @@ void RecvTensorCall::Finish() {
     Complete(tensor.status(), Tensor(), false);
     return;
   }
-  if (destination_.is_host() || !tensor->IsInitialized()) {
+  if (destination_.is_host() || !tensor->IsInitialized() || tensor->location() == destination_) {
     Complete(absl::OkStatus(), *std::move(tensor), is_dead);
     return;
   }
@@ -212,14 +250,15 @@ void RecvTensorCall::Complete(absl::Status status, Tensor tensor, bool is_dead) 
 
 BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> worker,
                                                DataPlane* data_plane, RecvTensorRequest request,
-                                               absl::Duration timeout,
+                                               MemoryLocation destination, absl::Duration timeout,
                                                absl::Duration peer_timeout)
     : worker_(std::move(worker)),
       data_plane_(data_plane),
       request_(std::move(request)),
       timeout_(timeout),
       peer_timeout_(peer_timeout),
-      decoder_(DestinationAllocator(data_plane)) {}
+      decoder_(DestinationAllocator(data_plane, destination),
+               CudaIpcAllocator(request_, destination)) {}
 
 bool BlockingRecvTensorCall::Withdrawn() {
   grpc::ClientContext context;
@@ -272,10 +311,6 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
     if (reading) decoded = decoder_.Consume(&chunk);
     deadline = absl::InfiniteFuture();
   }
-  if (decoded.ok() && decoder_.has_transport() && data_plane_ == nullptr) {
-    decoded = absl::FailedPreconditionError(
-        "the producer answered with a transport descriptor, but this worker has no data plane");
-  }
   if (!decoded.ok()) Abort(decoded);
   // The transfer starts before the stream's status arrives (with op tag the
   // producer sends it only once its send is done).
@@ -284,12 +319,11 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
     absl::Status status;
   };
   auto fetched = std::make_shared<Fetched>();
-  if (decoded.ok() && decoder_.has_transport()) {
-    data_plane_->Fetch(decoder_.meta().transport(), decoder_.tensor(),
-                       [fetched](absl::Status status) {
-                         fetched->status = std::move(status);
-                         fetched->done.Notify();
-                       });
+  if (decoded.ok() && (decoder_.has_transport() || decoder_.has_cuda_ipc())) {
+    StartSideTransfer(data_plane_, decoder_, [fetched](absl::Status status) {
+      fetched->status = std::move(status);
+      fetched->done.Notify();
+    });
   } else {
     fetched->done.Notify();
   }

@@ -1,6 +1,7 @@
 // RecvTensor calls from a consumer to a producer: each sends the request,
 // decodes the response stream straight into a new host tensor, then (for a
-// GPU destination) copies it to the device. RecvTensorCall runs on gRPC's
+// GPU destination) copies it to the device; or copies a tensor the producer
+// lent by CUDA IPC straight into device memory. RecvTensorCall runs on gRPC's
 // threads and deletes itself; BlockingRecvTensorCall runs on the caller's
 // thread (the blocking Recv), one thread handoff shorter.
 #pragma once
@@ -78,8 +79,8 @@ class BlockingRecvTensorCall final : public AbortableCall {
   // `timeout` bounds the wait for the producer's answer; `peer_timeout`
   // the withdrawal request sent when it passes.
   BlockingRecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
-                         RecvTensorRequest request, absl::Duration timeout,
-                         absl::Duration peer_timeout);
+                         RecvTensorRequest request, MemoryLocation destination,
+                         absl::Duration timeout, absl::Duration peer_timeout);
 
   // Runs the call to its end on this thread; `tensor` / `is_dead` are set
   // only on success. When `timeout` passes before the answer, the producer
@@ -105,7 +106,8 @@ class BlockingRecvTensorCall final : public AbortableCall {
   absl::Status abort_status_;  // guarded by mu_
 };
 
-// Lets the producer free the buffer a finished get read from.
+// Lets the producer free the buffer a finished get or CUDA IPC copy read
+// from.
 void ReleaseFetched(const WorkerClient& worker, int64_t step_id, const TensorMeta& meta);
 
 // The status a finished call reports: the abort status if it was aborted,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "control/cuda_ipc_transfer.h"
 #include "control/protocol.h"
 #include "control/recv_tensor_call.h"
 #include "core/device_copy.h"
@@ -65,8 +66,9 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
                                                bool is_dead) mutable {
     std::move(done)(status, RendezvousArgs{}, args, tensor, is_dead);
   };
-  auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane, MakeRequest(key),
-                                  RecvDestination(key, args), std::move(detach),
+  const MemoryLocation destination = RecvDestination(key, args);
+  auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane,
+                                  MakeRequest(key, destination), destination, std::move(detach),
                                   std::move(finish));
   if (const absl::Status aborted = Track(call); !aborted.ok()) call->Abort(aborted);
   if (cancel != nullptr &&
@@ -78,7 +80,8 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
   call->Start();
 }
 
-RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key) const {
+RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key,
+                                                   MemoryLocation destination) const {
   RecvTensorRequest request;
   request.set_step_id(step_id_);
   request.set_rendezvous_key(std::string(key.FullKey()));
@@ -87,6 +90,7 @@ RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key) const {
   if (env_->data_plane != nullptr) {
     request.set_consumer_transport_address(env_->data_plane->local_address());
   }
+  RequestCudaIpc(destination, &request);
   return request;
 }
 
@@ -97,8 +101,9 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
   }
   RDV_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> worker,
                        env_->worker_cache->Get(key.src().WorkerName()));
-  BlockingRecvTensorCall call(std::move(worker), env_->data_plane, MakeRequest(key), timeout,
-                              env_->options.peer_timeout);
+  const MemoryLocation destination = RecvDestination(key, args);
+  BlockingRecvTensorCall call(std::move(worker), env_->data_plane, MakeRequest(key, destination),
+                              destination, timeout, env_->options.peer_timeout);
   const absl::Status cancelled =
       RecvCancelledError(key.FullKey());
   if (const absl::Status aborted = Track(&call); !aborted.ok()) call.Abort(aborted);
@@ -118,16 +123,8 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
         "Recv of '", key.FullKey(), "' timed out after ", absl::FormatDuration(timeout)));
   }
   RDV_RETURN_IF_ERROR(status);
-  const MemoryLocation destination = RecvDestination(key, args);
-  if (!destination.is_host() && received.IsInitialized()) {
-    Notification copied;
-    CopyTensorAsync(received, destination, [&](absl::StatusOr<Tensor> on_device) {
-      status = on_device.status();
-      if (on_device.ok()) received = *std::move(on_device);
-      copied.Notify();
-    });
-    copied.WaitForNotification();
-    RDV_RETURN_IF_ERROR(status);
+  if (!destination.is_host() && received.IsInitialized() && received.location() != destination) {
+    RDV_ASSIGN_OR_RETURN(received, CopyTensor(received, destination));
   }
   *value = std::move(received);
   *is_dead = dead;

@@ -142,12 +142,17 @@ absl::Status TensorDecoder::StartTensor() {
   RDV_ASSIGN_OR_RETURN(const TensorShape shape,
                        TensorShape::Create(absl::MakeConstSpan(meta_.dims().data(),
                                                                static_cast<size_t>(meta_.dims_size()))));
-  RDV_ASSIGN_OR_RETURN(
-      tensor_, Tensor::Allocate(dtype == DType::kString ? HostAllocator() : allocator_, dtype, shape));
-  if (meta_.has_transport()) {
-    if (meta_.payload_bytes() != 0 || meta_.transport().length() != tensor_.TotalBytes() ||
-        dtype == DType::kString) {
-      return Corrupt(absl::StrCat("a transport descriptor of ", meta_.transport().length(),
+  const bool lent = meta_.has_cuda_ipc();
+  if (lent && (cuda_ipc_allocator_ == nullptr || meta_.has_transport())) {
+    return Corrupt("a CUDA IPC descriptor the consumer did not ask for");
+  }
+  std::shared_ptr<Allocator> allocator = lent ? cuda_ipc_allocator_ : allocator_;
+  if (dtype == DType::kString) allocator = HostAllocator();
+  RDV_ASSIGN_OR_RETURN(tensor_, Tensor::Allocate(std::move(allocator), dtype, shape));
+  if (meta_.has_transport() || lent) {
+    const uint64_t length = lent ? meta_.cuda_ipc().length() : meta_.transport().length();
+    if (meta_.payload_bytes() != 0 || length != tensor_.TotalBytes() || dtype == DType::kString) {
+      return Corrupt(absl::StrCat(lent ? "a CUDA IPC" : "a transport", " descriptor of ", length,
                                   " bytes for a ", tensor_.DebugString()));
     }
   } else if (dtype == DType::kString) {

@@ -44,9 +44,12 @@ grpc::ByteBuffer EncodeChunk(const TensorMeta* meta, const TensorPayload& payloa
 // Rebuilds the tensor from the chunks of one RecvTensor stream, in order.
 class TensorDecoder {
  public:
-  // Numeric tensors are allocated from `allocator` (host memory).
-  explicit TensorDecoder(std::shared_ptr<Allocator> allocator = HostAllocator())
-      : allocator_(std::move(allocator)) {}
+  // Numeric tensors are allocated from `allocator` (host memory), or from
+  // `cuda_ipc_allocator` (device memory) when the producer lends the tensor
+  // by CUDA IPC; null when the consumer did not ask for that.
+  explicit TensorDecoder(std::shared_ptr<Allocator> allocator = HostAllocator(),
+                         std::shared_ptr<Allocator> cuda_ipc_allocator = nullptr)
+      : allocator_(std::move(allocator)), cuda_ipc_allocator_(std::move(cuda_ipc_allocator)) {}
 
   // DATA_LOSS / INVALID_ARGUMENT for a chunk that does not fit (bad meta,
   // out-of-order or overflowing data).
@@ -57,6 +60,8 @@ class TensorDecoder {
   bool complete() const { return has_meta_ && received_ == meta_.payload_bytes(); }
   // The payload moves through a data-plane transport into tensor().
   bool has_transport() const { return has_meta_ && meta_.has_transport(); }
+  // The payload is copied by CUDA IPC into tensor().
+  bool has_cuda_ipc() const { return has_meta_ && meta_.has_cuda_ipc(); }
   const Tensor& tensor() const { return tensor_; }
   const TensorMeta& meta() const { return meta_; }
 
@@ -69,6 +74,7 @@ class TensorDecoder {
   absl::Status DecodeStrings();
 
   const std::shared_ptr<Allocator> allocator_;
+  const std::shared_ptr<Allocator> cuda_ipc_allocator_;
   bool has_meta_ = false;
   TensorMeta meta_;
   Tensor tensor_;

@@ -1,5 +1,6 @@
 #include "control/worker_server.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -15,12 +16,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "control/cuda_ipc_transfer.h"
 #include "control/grpc_status.h"
 #include "control/named_tensor.h"
 #include "control/protocol.h"
 #include "control/rpc_remote_rendezvous.h"
 #include "control/tensor_codec.h"
 #include "control/tensor_pattern.h"
+#include "core/device_copy.h"
 #include "core/logging.h"
 #include "core/notification.h"
 #include "graph/executor.h"
@@ -96,6 +99,8 @@ class WorkerServer::Impl {
   WorkerServerOptions options_;
   WorkerEnv env_;
   std::unique_ptr<DataPlane> data_plane_;
+  // GPU tensors lent to consumers on this host (control/cuda_ipc_transfer.h).
+  HeldTransfers cuda_ipc_lent_;
   WorkerCache worker_cache_;
   RendezvousMgr rendezvous_mgr_;
   std::string address_;
@@ -205,8 +210,10 @@ class WorkerServer::Impl {
   int forwards_in_flight_ = 0;  // AbortStep forwards not yet answered; mu_
   // Request ids seen per step, so that a repeated RecvTensor is refused.
   absl::flat_hash_map<int64_t, absl::flat_hash_set<int64_t>> seen_requests_;  // guarded by mu_
-  // Driver tensors, made once per (dtype, dims, seed) and sent many times.
-  std::map<std::tuple<int, std::vector<int64_t>, uint32_t>, Tensor> pattern_tensors_;  // mu_
+  // Driver tensors, made once per (dtype, dims, seed, memory location) and
+  // sent many times.
+  std::map<std::tuple<int, std::vector<int64_t>, uint32_t, std::string>, Tensor>
+      pattern_tensors_;  // mu_
   std::map<uint64_t, std::string> byte_payloads_;  // guarded by mu_
   // Registered partitions; a run holds its executor until it ends.
   std::map<std::string, std::shared_ptr<const graph::Executor>> graphs_;  // mu_
@@ -249,7 +256,7 @@ class WorkerServer::Impl::RecvTensorReactor final
       registered_ = true;
     }
     RendezvousArgs args;
-    args.alloc_attrs.on_host = true;  // the bytes leave from host memory
+    args.as_sent = true;  // SendDeviceTensor decides how a GPU tensor leaves
     args.cancellation_manager = &cancel_;
     impl_->rendezvous_mgr_.Find(request.step_id())
         ->RecvAsync(*key, args,
@@ -352,11 +359,49 @@ class WorkerServer::Impl::RecvTensorReactor final
   void OnValue(const absl::Status& status, const Tensor& value, bool is_dead) {
     delivered_ = status.ok();
     settled_.Notify();
-    if (status.ok() && UseDataPlane(value, is_dead)) {
+    if (!status.ok()) {
+      Finish(ToGrpcStatus(status));
+    } else if (!is_dead && value.IsInitialized() && !value.location().is_host()) {
+      SendDeviceTensor(value);
+    } else {
+      SendHostTensor(value, is_dead);
+    }
+  }
+
+  // Lends a GPU tensor by CUDA IPC to a consumer on this host that asked
+  // for it; else copies it to pinned host memory and sends that.
+  void SendDeviceTensor(const Tensor& value) {
+    if (CudaIpcWanted(request_, value)) {
+      absl::StatusOr<CudaIpcDescriptor> lent =
+          LendByCudaIpc(request_.step_id(), value, &impl_->cuda_ipc_lent_);
+      if (lent.ok()) {
+        meta_ = MakeTensorMeta(value, false, 0, absl::GetCurrentTimeNanos() / 1000);
+        *meta_.mutable_cuda_ipc() = *std::move(lent);
+        chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
+        StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
+        return;
+      }
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) {
+        RDV_LOG(Warning) << impl_->env_.worker_name << ": cannot lend a GPU tensor by CUDA IPC ("
+                         << lent.status() << "); GPU tensors stage through host memory";
+      }
+    }
+    CopyTensorAsync(value, MemoryLocation::PinnedHost(), [this](absl::StatusOr<Tensor> staged) {
+      if (staged.ok()) {
+        SendHostTensor(*staged, false);
+      } else {
+        Finish(ToGrpcStatus(staged.status()));
+      }
+    });
+  }
+
+  void SendHostTensor(const Tensor& value, bool is_dead) {
+    if (UseDataPlane(value, is_dead)) {
       OfferThroughDataPlane(value);
       return;
     }
-    absl::StatusOr<TensorPayload> payload = status.ok() ? TensorPayload::Of(value) : status;
+    absl::StatusOr<TensorPayload> payload = TensorPayload::Of(value);
     if (!payload.ok()) {
       Finish(ToGrpcStatus(payload.status()));
       return;
@@ -449,14 +494,19 @@ absl::Status WorkerServer::Impl::Produce(const ProduceRequest& request) {
       RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeFromEnumValue(item.dtype()));
       const std::vector<int64_t> dims(item.dims().begin(), item.dims().end());
       RDV_ASSIGN_OR_RETURN(const TensorShape shape, TensorShape::Create(dims));
+      const MemoryLocation where =
+          key.src().IsGpu() ? MemoryLocation::Cuda(key.src().id) : MemoryLocation::Host();
       std::lock_guard lock(mu_);
-      Tensor& cached = pattern_tensors_[{item.dtype(), dims, item.seed()}];
+      Tensor& cached = pattern_tensors_[{item.dtype(), dims, item.seed(), where.ToString()}];
       if (!cached.IsInitialized()) {
         // From the data plane's memory, as a producer that allocates its
         // outputs from rdv's allocator would.
         RDV_ASSIGN_OR_RETURN(cached, MakePatternTensor(dtype, shape, item.seed(),
                                                        data_plane_ ? data_plane_->allocator()
                                                                    : HostAllocator()));
+        if (!where.is_host()) {
+          RDV_ASSIGN_OR_RETURN(cached, CopyTensor(cached, where));
+        }
       }
       tensor = cached;
     }
@@ -594,14 +644,17 @@ bool WorkerServer::Impl::Withdraw(int64_t step_id, int64_t request_id) {
 }
 
 absl::Status WorkerServer::Impl::ReleaseTransfers(const ReleaseTransfersRequest& request) {
-  if (data_plane_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("ReleaseTransfers: worker ", env_.worker_name, " serves protocol grpc, "
-                                                                    "which holds no transfers"));
-  }
   absl::Status status;
   for (const ReleasedTransfer& transfer : request.transfers()) {
-    status.Update(data_plane_->Release(transfer));
+    if (transfer.cuda_ipc()) {
+      status.Update(cuda_ipc_lent_.Release(transfer));
+    } else if (data_plane_ == nullptr) {
+      status.Update(absl::FailedPreconditionError(
+          absl::StrCat("ReleaseTransfers: worker ", env_.worker_name,
+                       " serves protocol grpc, which holds no transport transfers")));
+    } else {
+      status.Update(data_plane_->Release(transfer));
+    }
   }
   return status;
 }
@@ -609,6 +662,7 @@ absl::Status WorkerServer::Impl::ReleaseTransfers(const ReleaseTransfersRequest&
 void WorkerServer::Impl::CleanupStep(int64_t step_id) {
   rendezvous_mgr_.Cleanup(step_id);
   if (data_plane_ != nullptr) data_plane_->DropStep(step_id);
+  cuda_ipc_lent_.DropStep(step_id);
   std::lock_guard lock(mu_);
   seen_requests_.erase(step_id);
 }

@@ -1,5 +1,6 @@
 // The CUDA API of a build without CUDA: every call explains why it fails.
 #include "core/cuda.h"
+#include "core/cuda_ipc.h"
 
 namespace rdv::cuda {
 namespace {
@@ -17,6 +18,19 @@ int DeviceCount() { return 0; }
 std::string UnavailableReason() { return std::string(NotBuilt().message()); }
 absl::StatusOr<std::shared_ptr<Allocator>> PinnedHostAllocator() { return NotBuilt(); }
 absl::StatusOr<std::shared_ptr<Allocator>> DeviceAllocator(int) { return NotBuilt(); }
+
+bool IpcEnabled() { return false; }
+
+const std::string& HostId() {
+  static const std::string none;
+  return none;
+}
+
+absl::StatusOr<IpcExport> ExportIpc(const void*) { return NotBuilt(); }
+
+absl::StatusOr<std::shared_ptr<void>> OpenIpc(absl::string_view, uint64_t, int) {
+  return NotBuilt();
+}
 
 void CopyAsync(const void*, MemoryLocation, void*, MemoryLocation, size_t, CopyDone done) {
   std::move(done)(NotBuilt());

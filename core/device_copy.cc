@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cuda.h"
+#include "core/notification.h"
 
 namespace rdv {
 namespace {
@@ -55,6 +56,17 @@ void CopyTensorAsync(const Tensor& src, MemoryLocation dst, CopyTensorDone done)
                       std::move(done)(std::move(status));
                     }
                   });
+}
+
+absl::StatusOr<Tensor> CopyTensor(const Tensor& src, MemoryLocation dst) {
+  Notification copied;
+  absl::StatusOr<Tensor> result;
+  CopyTensorAsync(src, dst, [&](absl::StatusOr<Tensor> copy) {
+    result = std::move(copy);
+    copied.Notify();
+  });
+  copied.WaitForNotification();
+  return result;
 }
 
 }  // namespace rdv

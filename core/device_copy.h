@@ -17,4 +17,7 @@ using CopyTensorDone = absl::AnyInvocable<void(absl::StatusOr<Tensor>) &&>;
 // DMA-copied (strings); FAILED_PRECONDITION without CUDA or a GPU.
 void CopyTensorAsync(const Tensor& src, MemoryLocation dst, CopyTensorDone done);
 
+// CopyTensorAsync that blocks until the copy is done.
+absl::StatusOr<Tensor> CopyTensor(const Tensor& src, MemoryLocation dst);
+
 }  // namespace rdv

@@ -19,14 +19,16 @@ absl::Status IntraProcessRendezvous::Send(const ParsedKey& key, const Rendezvous
 void IntraProcessRendezvous::RecvAsync(const ParsedKey& key, const RendezvousArgs& args,
                                        RecvDoneCallback done) {
   const MemoryLocation destination = RecvDestination(key, args);
+  const bool as_sent = args.as_sent;
   local_.RecvAsync(
       key, args,
-      [destination, done = std::move(done)](const absl::Status& status,
+      [destination, as_sent, done = std::move(done)](const absl::Status& status,
                                             const RendezvousArgs& send_args,
                                             const RendezvousArgs& recv_args, const Tensor& value,
                                             bool is_dead) mutable {
         const MemoryLocation source = value.location();
-        const bool shareable = (source.is_host() && destination.is_host()) || source == destination;
+        const bool shareable =
+            as_sent || (source.is_host() && destination.is_host()) || source == destination;
         if (!status.ok() || is_dead || !value.IsInitialized() || shareable) {
           std::move(done)(status, send_args, recv_args, value, is_dead);
           return;

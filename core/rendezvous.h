@@ -27,6 +27,10 @@ struct AllocatorAttributes {
 
 struct RendezvousArgs {
   AllocatorAttributes alloc_attrs;
+  // The Recv gets the sent tensor itself, wherever it lives, never a copy:
+  // a worker answering RecvTensor decides itself how a GPU tensor leaves
+  // (CUDA IPC, GPUDirect or staging). Overrides alloc_attrs.
+  bool as_sent = false;
   // Not owned; must outlive the Recv. When it is cancelled, a waiting Recv
   // completes with CANCELLED and leaves its channel.
   CancellationManager* cancellation_manager = nullptr;

@@ -1,0 +1,195 @@
+// CUDA IPC on the runtime API. Two driver calls (the allocation's range and
+// its buffer id) come through cudaGetDriverEntryPointByVersion, so that rdv
+// never links libcuda and still starts where no driver is installed.
+#include "core/cuda_ipc.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <list>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "core/cuda.h"
+#include "core/logging.h"
+
+namespace rdv::cuda {
+namespace {
+
+constexpr unsigned kDriverApiVersion = 12000;
+// Open mappings kept for reuse beyond those in use.
+constexpr size_t kMappingsKept = 64;
+
+absl::Status CudaError(cudaError_t error, absl::string_view what) {
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(error), " (",
+                                          cudaGetErrorString(error), ")"));
+}
+
+struct DriverCalls {
+  decltype(&::cuMemGetAddressRange) address_range = nullptr;
+  decltype(&::cuPointerGetAttribute) pointer_attribute = nullptr;
+};
+
+template <typename Fn>
+void BindDriverCall(const char* symbol, Fn* fn) {
+  void* found = nullptr;
+  cudaDriverEntryPointQueryResult result{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &found, kDriverApiVersion, cudaEnableDefault,
+                                       &result) == cudaSuccess &&
+      result == cudaDriverEntryPointSuccess) {
+    *fn = reinterpret_cast<Fn>(found);
+  } else {
+    cudaGetLastError();
+    RDV_LOG(Warning) << "CUDA driver call " << symbol << " not found: CUDA IPC is off";
+  }
+}
+
+const DriverCalls& Driver() {
+  static const DriverCalls calls = [] {
+    DriverCalls bound;
+    BindDriverCall("cuMemGetAddressRange", &bound.address_range);
+    BindDriverCall("cuPointerGetAttribute", &bound.pointer_attribute);
+    return bound;
+  }();
+  return calls;
+}
+
+bool IpcSwitchOn() {
+  const char* value = std::getenv("RDV_CUDA_IPC");
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "1") == 0) return true;
+  if (std::strcmp(value, "0") != 0) {
+    RDV_LOG(Warning) << "RDV_CUDA_IPC='" << value << "': expected 0 or 1; CUDA IPC stays off";
+  }
+  return false;
+}
+
+// Open IPC mappings by (handle, buffer id), least recently used first.
+class MappingCache {
+ public:
+  absl::StatusOr<std::shared_ptr<void>> Open(absl::string_view handle, uint64_t buffer_id,
+                                             int device) {
+    std::lock_guard lock(mu_);
+    const Key key{std::string(handle), buffer_id};
+    if (auto it = index_.find(key); it != index_.end()) {
+      order_.splice(order_.end(), order_, it->second);
+      return it->second->mapping;
+    }
+    cudaIpcMemHandle_t ipc_handle;
+    std::memcpy(&ipc_handle, handle.data(), sizeof(ipc_handle));
+    void* base = nullptr;
+    cudaError_t error = cudaSetDevice(device);
+    if (error == cudaSuccess) {
+      error = cudaIpcOpenMemHandle(&base, ipc_handle, cudaIpcMemLazyEnablePeerAccess);
+    }
+    if (error != cudaSuccess) {
+      cudaGetLastError();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "opening the producer's CUDA IPC handle on device ", device, ": ",
+          cudaGetErrorName(error), " (", cudaGetErrorString(error),
+          "); processes in different containers or PID namespaces cannot share GPU memory, "
+          "set RDV_CUDA_IPC=0 to stage through host memory instead"));
+    }
+    std::shared_ptr<void> mapping(base, [device](void* opened) {
+      cudaSetDevice(device);
+      cudaIpcCloseMemHandle(opened);
+    });
+    order_.push_back({key, mapping});
+    index_[key] = std::prev(order_.end());
+    Trim();
+    return mapping;
+  }
+
+ private:
+  using Key = std::pair<std::string, uint64_t>;
+  struct Entry {
+    Key key;
+    std::shared_ptr<void> mapping;
+  };
+
+  // Drops the oldest unused mappings; a copy in flight still holds its own.
+  void Trim() {
+    for (auto it = order_.begin(); order_.size() > kMappingsKept && it != order_.end();) {
+      if (it->mapping.use_count() > 1) {
+        ++it;
+        continue;
+      }
+      index_.erase(it->key);
+      it = order_.erase(it);
+    }
+  }
+
+  std::mutex mu_;
+  std::list<Entry> order_;                                   // mu_
+  std::map<Key, std::list<Entry>::iterator> index_;          // mu_
+};
+
+}  // namespace
+
+bool IpcEnabled() {
+  static const bool enabled = IpcSwitchOn() && DeviceCount() > 0;
+  return enabled;
+}
+
+const std::string& HostId() {
+  static const std::string id = [] {
+    std::ifstream file("/proc/sys/kernel/random/boot_id");
+    std::string line;
+    std::getline(file, line);
+    return std::string(absl::StripAsciiWhitespace(line));
+  }();
+  return id;
+}
+
+absl::StatusOr<IpcExport> ExportIpc(const void* device_pointer) {
+  if (DeviceCount() == 0) return absl::FailedPreconditionError(UnavailableReason());
+  const DriverCalls& driver = Driver();
+  if (driver.address_range == nullptr || driver.pointer_attribute == nullptr) {
+    return absl::FailedPreconditionError("the CUDA driver lacks cuMemGetAddressRange or "
+                                         "cuPointerGetAttribute");
+  }
+  const auto pointer = reinterpret_cast<CUdeviceptr>(device_pointer);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  unsigned long long buffer_id = 0;
+  if (driver.address_range(&base, &size, pointer) != CUDA_SUCCESS ||
+      driver.pointer_attribute(&buffer_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, pointer) !=
+          CUDA_SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA IPC: ", absl::Hex(pointer), " is not inside a CUDA device allocation"));
+  }
+  cudaIpcMemHandle_t handle;
+  if (const cudaError_t error = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base));
+      error != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InvalidArgumentError(
+        CudaError(error, "CUDA IPC: cudaIpcGetMemHandle (memory from cudaMalloc only)").message());
+  }
+  IpcExport exported;
+  exported.handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  exported.offset = pointer - base;
+  exported.buffer_id = buffer_id;
+  return exported;
+}
+
+absl::StatusOr<std::shared_ptr<void>> OpenIpc(absl::string_view handle, uint64_t buffer_id,
+                                              int device) {
+  if (DeviceCount() == 0) return absl::FailedPreconditionError(UnavailableReason());
+  if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA IPC handle of ", handle.size(),
+                                                   " bytes; expected ",
+                                                   sizeof(cudaIpcMemHandle_t)));
+  }
+  if (device < 0 || device >= DeviceCount()) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device, " does not exist"));
+  }
+  static auto* cache = new MappingCache();
+  return cache->Open(handle, buffer_id, device);
+}
+
+}  // namespace rdv::cuda
