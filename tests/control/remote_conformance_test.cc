@@ -22,7 +22,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/protocol.h"
+#include "control/tensor_codec.h"
 #include "control/tensor_pattern.h"
+#include "core/cuda.h"
+#include "core/device_copy.h"
 #include "control/worker_server.h"
 #include "gtest/gtest.h"
 #include "control/worker_process.h"
@@ -36,6 +39,8 @@ using testing::RecvResult;
 
 constexpr char kProducerCpu[] = "/job:worker/replica:0/task:0/device:CPU:0";
 constexpr char kConsumerCpu[] = "/job:worker/replica:0/task:1/device:CPU:0";
+constexpr char kProducerGpu[] = "/job:worker/replica:0/task:0/device:GPU:0";
+constexpr char kConsumerGpu[] = "/job:worker/replica:0/task:1/device:GPU:0";
 constexpr absl::Duration kPeerTimeout = absl::Seconds(2);
 
 // A protocol and the environment both workers run it under.
@@ -140,7 +145,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
   // setting's UCX_TLS and, with RDV_TEST_PEER_IB_DEVICE, another device, so
   // that the bytes cross the wire between the two.
   EnvChanges ProducerEnv() const {
-    EnvChanges env;
+    EnvChanges env = extra_producer_env_;
     const ProtocolSetting& setting = GetParam();
     env.emplace_back("UCX_TLS", setting.ucx_tls ? std::optional<std::string>(setting.ucx_tls)
                                                 : std::nullopt);
@@ -163,9 +168,36 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
   }
 
   ParsedKey Key(const std::string& name, uint64_t incarnation = 0,
-                const char* src = kProducerCpu) {
+                const char* src = kProducerCpu, const char* dst = kConsumerCpu) {
     return *ParsedKey::Parse(CreateRendezvousKey(
-        src, incarnation ? incarnation : producer_->incarnation(), kConsumerCpu, name));
+        src, incarnation ? incarnation : producer_->incarnation(), dst, name));
+  }
+
+  // Moves uint8 tensors of `sizes` from `src` to `dst` (GPU or CPU devices)
+  // and checks where they land and every byte.
+  void ExpectTensorsCross(const char* src, const char* dst, int64_t step) {
+    for (const int64_t bytes : {int64_t{1}, int64_t{4} << 10, Capped(int64_t{64} << 20)}) {
+      const ParsedKey key = Key(absl::StrCat("across", bytes), 0, src, dst);
+      ASSERT_TRUE(Produce(step, {Item(key, DType::kUInt8, {bytes}, 21)}).ok());
+      Tensor value;
+      bool is_dead;
+      const absl::Status status = Recv(step, key, &value, &is_dead);
+      ASSERT_TRUE(status.ok()) << bytes << ": " << status;
+      const MemoryLocation expected =
+          key.dst().IsGpu() ? MemoryLocation::Cuda(0) : MemoryLocation::Host();
+      EXPECT_EQ(value.location().is_host(), expected.is_host()) << value.location().ToString();
+      absl::StatusOr<Tensor> on_host =
+          value.location().is_host() ? value : CopyTensor(value, MemoryLocation::Host());
+      ASSERT_TRUE(on_host.ok()) << on_host.status();
+      EXPECT_TRUE(VerifyPattern(*on_host, 21).ok()) << bytes;
+    }
+  }
+
+  void RestartProducerWith(const char* name, const char* value) {
+    ASSERT_EQ(producer_->Stop(), 0);
+    producer_.reset();
+    extra_producer_env_.emplace_back(name, value);
+    StartProducer();
   }
 
   static ProduceItem Item(const ParsedKey& key, DType dtype, std::vector<int64_t> dims,
@@ -211,6 +243,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
   }
 
   ScopedEnv rdma_env_;  // declared first: restored after the workers are gone
+  EnvChanges extra_producer_env_;
   std::unique_ptr<WorkerServer> consumer_;
   std::unique_ptr<WorkerProcess> producer_;
   std::unique_ptr<DriverService::Stub> driver_;
@@ -523,6 +556,46 @@ TEST_P(RemoteConformanceTest, ForgedReleaseIsRefusedByTheProducer) {
   bool is_dead;
   ASSERT_TRUE(Recv(34, key, &value, &is_dead).ok());
   EXPECT_TRUE(VerifyPattern(value, 3).ok());
+}
+
+TEST_P(RemoteConformanceTest, ForgedCudaIpcReleaseIsRefusedByTheProducer) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
+  ReleaseTransfersRequest request;
+  ReleasedTransfer* forged = request.add_transfers();
+  forged->set_step_id(36);
+  forged->set_transfer_id(42);
+  forged->set_length(4096);
+  forged->set_cuda_ipc(true);
+  ReleaseTransfersResponse response;
+  const grpc::Status status = worker_stub_->ReleaseTransfers(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("CUDA IPC transfer 42"), std::string::npos)
+      << status.error_message();
+}
+
+#define REQUIRE_GPU()                                                                  \
+  if (cuda::DeviceCount() == 0)                                                        \
+  GTEST_SKIP() << "needs a CUDA device: " << cuda::UnavailableReason()
+
+// Same host, both sides on a GPU: CUDA IPC (on by default).
+TEST_P(RemoteConformanceTest, GpuToGpuArrivesByteExact) {
+  REQUIRE_GPU();
+  ExpectTensorsCross(kProducerGpu, kConsumerGpu, 37);
+}
+
+// The producer refuses CUDA IPC: the protocol carries the bytes, staged
+// through host memory on both sides.
+TEST_P(RemoteConformanceTest, GpuToGpuWithoutCudaIpcIsStaged) {
+  REQUIRE_GPU();
+  RestartProducerWith("RDV_CUDA_IPC", "0");
+  ExpectTensorsCross(kProducerGpu, kConsumerGpu, 38);
+}
+
+TEST_P(RemoteConformanceTest, GpuToHostAndHostToGpuArriveByteExact) {
+  REQUIRE_GPU();
+  ExpectTensorsCross(kProducerGpu, kConsumerCpu, 39);
+  ExpectTensorsCross(kProducerCpu, kConsumerGpu, 40);
 }
 
 TEST_P(RemoteConformanceTest, WarmHotPathRegistersNothing) {

@@ -88,5 +88,28 @@ TEST(TensorCodecTest, RejectsTruncatedAndMisplacedData) {
   }
 }
 
+// A producer may lend a GPU tensor by CUDA IPC only to a consumer that asked.
+TEST(TensorCodecTest, RejectsCudaIpcDescriptorsNotAskedFor) {
+  auto tensor = MakePatternTensor(DType::kUInt8, *TensorShape::Create({5000}), 1);
+  ASSERT_TRUE(tensor.ok());
+  TensorMeta meta = MakeTensorMeta(*tensor, false, 0, 0);
+  meta.mutable_cuda_ipc()->set_length(5000);
+  const TensorPayload none;
+  {
+    TensorDecoder decoder;
+    grpc::ByteBuffer only = EncodeChunk(&meta, none, 0, 0);
+    const absl::Status status = decoder.Consume(&only);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(status.message().find("did not ask"), std::string::npos) << status;
+  }
+  {
+    meta.mutable_cuda_ipc()->set_length(4999);
+    TensorDecoder decoder(HostAllocator(), HostAllocator());
+    grpc::ByteBuffer only = EncodeChunk(&meta, none, 0, 0);
+    EXPECT_EQ(decoder.Consume(&only).code(), absl::StatusCode::kDataLoss)
+        << "a descriptor whose length differs from the tensor's";
+  }
+}
+
 }  // namespace
 }  // namespace rdv::control
