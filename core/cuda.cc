@@ -4,14 +4,16 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include <condition_variable>
-#include <mutex>
+#include "core/caching_allocator.h"
 #include "core/logging.h"
 
 namespace rdv::cuda {
@@ -180,6 +182,20 @@ absl::StatusOr<CopyStream*> StreamFor(int device, Direction direction) {
   return slot;
 }
 
+// Free memory each CUDA allocator keeps for reuse: RDV_CUDA_CACHE_BYTES.
+size_t CacheBytes() {
+  static const size_t bytes = [] {
+    size_t value = size_t{1} << 30;
+    const char* text = std::getenv("RDV_CUDA_CACHE_BYTES");
+    if (text != nullptr && *text != '\0' && !absl::SimpleAtoi(text, &value)) {
+      RDV_LOG(Warning) << "RDV_CUDA_CACHE_BYTES='" << text << "' is not a byte count; using "
+                       << value;
+    }
+    return value;
+  }();
+  return bytes;
+}
+
 }  // namespace
 
 bool CompiledIn() { return true; }
@@ -188,7 +204,8 @@ std::string UnavailableReason() { return GetProbe().reason; }
 
 absl::StatusOr<std::shared_ptr<Allocator>> PinnedHostAllocator() {
   if (DeviceCount() == 0) return absl::FailedPreconditionError(UnavailableReason());
-  static const std::shared_ptr<Allocator> allocator = std::make_shared<PinnedAllocator>();
+  static const std::shared_ptr<Allocator> allocator =
+      std::make_shared<CachingAllocator>(std::make_shared<PinnedAllocator>(), CacheBytes());
   return allocator;
 }
 
@@ -199,7 +216,10 @@ absl::StatusOr<std::shared_ptr<Allocator>> DeviceAllocator(int device) {
   std::lock_guard lock(mu);
   if (allocators->empty()) allocators->resize(static_cast<size_t>(DeviceCount()));
   auto& slot = (*allocators)[static_cast<size_t>(device)];
-  if (slot == nullptr) slot = std::make_shared<CudaDeviceAllocator>(device);
+  if (slot == nullptr) {
+    slot = std::make_shared<CachingAllocator>(std::make_shared<CudaDeviceAllocator>(device),
+                                              CacheBytes());
+  }
   return slot;
 }
 

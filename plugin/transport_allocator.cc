@@ -1,8 +1,7 @@
 #include "plugin/transport_allocator.h"
 
-#include <bit>
-
 #include "absl/strings/str_cat.h"
+#include "core/caching_allocator.h"
 
 namespace rdv::plugin {
 
@@ -14,17 +13,8 @@ TransportAllocator::TransportAllocator(std::shared_ptr<const Transport> transpor
 
 TransportAllocator::~TransportAllocator() = default;
 
-size_t TransportAllocator::RoundUp(size_t bytes) {
-  // Powers of two up to 1 MiB; above, whole MiBs, so that a large tensor
-  // wastes at most 1 MiB (and the cache still matches recurring sizes).
-  constexpr size_t kMiB = size_t{1} << 20;
-  if (bytes <= 4096) return 4096;
-  if (bytes <= kMiB) return std::bit_ceil(bytes);
-  return (bytes + kMiB - 1) / kMiB * kMiB;
-}
-
 absl::StatusOr<void*> TransportAllocator::Allocate(size_t bytes) {
-  const size_t size = RoundUp(bytes);
+  const size_t size = AllocationSizeClass(bytes);
   std::unique_ptr<TransportMemory> memory;
   {
     std::lock_guard lock(mu_);

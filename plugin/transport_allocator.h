@@ -43,9 +43,6 @@ class TransportAllocator final : public Allocator,
 
   TransportAllocatorStats stats() const;
 
-  // The size an allocation of `bytes` is rounded to (its free-list class).
-  static size_t RoundUp(size_t bytes);
-
  private:
   void TrimCache();  // mu_ held
 

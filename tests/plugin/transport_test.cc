@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "core/caching_allocator.h"
 #include "core/notification.h"
 #include "plugin/registration_cache.h"
 #include "plugin/transport_allocator.h"
@@ -237,8 +238,8 @@ TEST(TransportAllocatorTest, RecurringSizesReuseMemory) {
   }
   EXPECT_EQ(pool->stats().registrations, 3u) << "a warm pool registered again";
   EXPECT_EQ(pool->stats().reused, 297u);
-  EXPECT_EQ(TransportAllocator::RoundUp(5000), 8192u);
-  EXPECT_EQ(TransportAllocator::RoundUp((size_t{3} << 20) + 1), size_t{4} << 20);
+  EXPECT_EQ(AllocationSizeClass(5000), 8192u);
+  EXPECT_EQ(AllocationSizeClass((size_t{3} << 20) + 1), size_t{4} << 20);
 }
 
 TEST(RegistrationCacheTest, HitMissInvalidationEviction) {
