@@ -37,6 +37,7 @@
 #include "control/tensor_pattern.h"
 #include "control/worker_process.h"
 #include "control/worker_server.h"
+#include "core/cuda.h"
 #include "core/device_copy.h"
 #include "core/notification.h"
 
@@ -54,7 +55,9 @@ ABSL_FLAG(int, iters, 0, "Recvs per size (0: enough for 256 MiB, 5 to 1000)");
 ABSL_FLAG(double, time_s, 0, "seconds per size instead of a count (0: use --iters)");
 ABSL_FLAG(int, warmup, 3, "untimed Recvs per size first");
 ABSL_FLAG(int, in_flight, 1, "Recvs in flight at once");
-ABSL_FLAG(std::string, memory, "host", "where received tensors land: host, or cuda (GPU 0)");
+ABSL_FLAG(std::string, memory, "host",
+          "where tensors live on both sides: host, or cuda (GPU 0 of each process; between "
+          "processes of one host they cross by CUDA IPC unless RDV_CUDA_IPC=0)");
 ABSL_FLAG(std::string, direction, "pull", "pull (the consumer reads); push is not built yet");
 ABSL_FLAG(bool, no_verify, false, "skip checking the received bytes");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
@@ -64,7 +67,7 @@ ABSL_FLAG(std::string, plot, "", "draw bandwidth against size to this PNG (needs
 namespace rdv::control {
 namespace {
 
-constexpr char kProducerCpu[] = "/job:worker/replica:0/task:0/device:CPU:0";
+constexpr char kProducerWorker[] = "/job:worker/replica:0/task:0";
 constexpr absl::Duration kPeerStartLimit = absl::Seconds(60);
 
 struct Row {
@@ -189,10 +192,10 @@ absl::Status Bench::Connect() {
                                                status.error_message()));
   }
   peer_incarnation_ = response.incarnation();
-  const std::string destination =
+  const std::string device =
       absl::GetFlag(FLAGS_memory) == "cuda" ? "/device:GPU:0" : "/device:CPU:0";
-  key_ = CreateRendezvousKey(kProducerCpu, peer_incarnation_,
-                             absl::StrCat(consumer_->worker_name(), destination), "edge_1_bench");
+  key_ = CreateRendezvousKey(absl::StrCat(kProducerWorker, device), peer_incarnation_,
+                             absl::StrCat(consumer_->worker_name(), device), "edge_1_bench");
   return absl::OkStatus();
 }
 
@@ -281,19 +284,12 @@ absl::Status Bench::Receive(int64_t step, int64_t size, int count,
 absl::Status Bench::Verify(const std::vector<Tensor>& received, uint32_t seed) {
   if (absl::GetFlag(FLAGS_no_verify)) return absl::OkStatus();
   for (const Tensor& value : received) {
-    Tensor host = value;
     if (!value.location().is_host()) {
-      Notification copied;
-      absl::Status status;
-      CopyTensorAsync(value, MemoryLocation::Host(), [&](absl::StatusOr<Tensor> copy) {
-        status = copy.status();
-        if (copy.ok()) host = *std::move(copy);
-        copied.Notify();
-      });
-      copied.WaitForNotification();
-      RDV_RETURN_IF_ERROR(status);
+      RDV_ASSIGN_OR_RETURN(const Tensor host, CopyTensor(value, MemoryLocation::Host()));
+      RDV_RETURN_IF_ERROR(VerifyPattern(host, seed));
+    } else {
+      RDV_RETURN_IF_ERROR(VerifyPattern(value, seed));
     }
-    RDV_RETURN_IF_ERROR(VerifyPattern(host, seed));
   }
   return absl::OkStatus();
 }
@@ -458,6 +454,10 @@ absl::Status CheckFlags() {
   }
   if (absl::GetFlag(FLAGS_memory) != "host" && absl::GetFlag(FLAGS_memory) != "cuda") {
     return absl::InvalidArgumentError("--memory: use host or cuda");
+  }
+  if (absl::GetFlag(FLAGS_memory) == "cuda" && cuda::DeviceCount() == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--memory cuda: ", cuda::UnavailableReason()));
   }
   if (absl::GetFlag(FLAGS_in_flight) < 1 || absl::GetFlag(FLAGS_warmup) < 0) {
     return absl::InvalidArgumentError("--in_flight must be >= 1 and --warmup >= 0");
