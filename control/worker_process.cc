@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -80,6 +81,13 @@ std::vector<char*> NullTerminated(std::vector<std::string>& strings) {
   return pointers;
 }
 
+// RDV_WORKER_BINARY, else the rdv-worker of this build (a packed copy of
+// the binaries, as bench/gpu/pack.sh makes, lives elsewhere).
+std::string WorkerBinary() {
+  const char* binary = std::getenv("RDV_WORKER_BINARY");
+  return binary != nullptr && *binary != '\0' ? binary : RDV_WORKER_BINARY;
+}
+
 class ChildWorkerProcess final : public WorkerProcess {
  public:
   static absl::StatusOr<std::unique_ptr<WorkerProcess>> Start(const std::vector<std::string>& args,
@@ -90,21 +98,22 @@ class ChildWorkerProcess final : public WorkerProcess {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-    std::vector<std::string> argv_strings = {RDV_WORKER_BINARY};
+    const std::string binary = WorkerBinary();
+    std::vector<std::string> argv_strings = {binary};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
     std::vector<std::string> env_strings = ChildEnvironment(env);
     std::vector<char*> argv = NullTerminated(argv_strings);
     std::vector<char*> envp = NullTerminated(env_strings);
     auto process = std::unique_ptr<ChildWorkerProcess>(new ChildWorkerProcess());
     const int spawned =
-        posix_spawn(&process->pid_, RDV_WORKER_BINARY, &actions, nullptr, argv.data(), envp.data());
+        posix_spawn(&process->pid_, binary.c_str(), &actions, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     close(pipe_fds[1]);
     process->stdout_fd_ = pipe_fds[0];
     if (spawned != 0) {
       process->pid_ = -1;
       return absl::InternalError(
-          absl::StrCat("posix_spawn " RDV_WORKER_BINARY ": ", strerror(spawned)));
+          absl::StrCat("posix_spawn ", binary, ": ", strerror(spawned)));
     }
     RDV_ASSIGN_OR_RETURN(const std::string line,
                          ReadLine(process->stdout_fd_, absl::Now() + timeout));

@@ -1,6 +1,10 @@
-// The CUDA API of a build with CUDA, on the runtime API (libcudart).
+// The CUDA API of a build with CUDA, on the runtime API (libcudart). Two
+// driver calls (an allocation's range and its buffer id) come through
+// cudaGetDriverEntryPointByVersion, so that rdv never links libcuda and
+// still starts where no driver is installed.
 #include "core/cuda.h"
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <array>
@@ -45,6 +49,37 @@ const Probe& GetProbe() {
     return p;
   }();
   return probe;
+}
+
+constexpr unsigned kDriverApiVersion = 12000;
+
+struct DriverCalls {
+  decltype(&::cuMemGetAddressRange) address_range = nullptr;
+  decltype(&::cuPointerGetAttribute) pointer_attribute = nullptr;
+};
+
+template <typename Fn>
+void BindDriverCall(const char* symbol, Fn* fn) {
+  void* found = nullptr;
+  cudaDriverEntryPointQueryResult result{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &found, kDriverApiVersion, cudaEnableDefault,
+                                       &result) == cudaSuccess &&
+      result == cudaDriverEntryPointSuccess) {
+    *fn = reinterpret_cast<Fn>(found);
+  } else {
+    cudaGetLastError();
+    RDV_LOG(Warning) << "CUDA driver call " << symbol << " not found";
+  }
+}
+
+const DriverCalls& Driver() {
+  static const DriverCalls calls = [] {
+    DriverCalls bound;
+    BindDriverCall("cuMemGetAddressRange", &bound.address_range);
+    BindDriverCall("cuPointerGetAttribute", &bound.pointer_attribute);
+    return bound;
+  }();
+  return calls;
 }
 
 absl::Status CheckDevice(int device) {
@@ -221,6 +256,26 @@ absl::StatusOr<std::shared_ptr<Allocator>> DeviceAllocator(int device) {
                                               CacheBytes());
   }
   return slot;
+}
+
+absl::StatusOr<DeviceAllocation> AllocationOf(const void* device_pointer) {
+  if (DeviceCount() == 0) return absl::FailedPreconditionError(UnavailableReason());
+  const DriverCalls& driver = Driver();
+  if (driver.address_range == nullptr || driver.pointer_attribute == nullptr) {
+    return absl::FailedPreconditionError(
+        "the CUDA driver lacks cuMemGetAddressRange or cuPointerGetAttribute");
+  }
+  const auto pointer = reinterpret_cast<CUdeviceptr>(device_pointer);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  unsigned long long buffer_id = 0;
+  if (driver.address_range(&base, &size, pointer) != CUDA_SUCCESS ||
+      driver.pointer_attribute(&buffer_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, pointer) !=
+          CUDA_SUCCESS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(absl::Hex(pointer), " is not inside a CUDA device allocation"));
+  }
+  return DeviceAllocation{static_cast<uintptr_t>(base), size, buffer_id};
 }
 
 void CopyAsync(const void* src, MemoryLocation src_location, void* dst,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,20 @@ absl::StatusOr<std::shared_ptr<Allocator>> PinnedHostAllocator();
 
 // Memory of device `device` (0 <= device < DeviceCount()).
 absl::StatusOr<std::shared_ptr<Allocator>> DeviceAllocator(int device);
+
+// The cudaMalloc allocation that holds a device pointer. The buffer id is
+// unique in the process (CU_POINTER_ATTRIBUTE_BUFFER_ID): an address freed
+// and allocated again gets a new one, so caches keyed by it never see a
+// stale allocation.
+struct DeviceAllocation {
+  uintptr_t base = 0;
+  size_t size = 0;
+  uint64_t buffer_id = 0;
+};
+
+// INVALID_ARGUMENT for a pointer outside CUDA device memory;
+// FAILED_PRECONDITION without CUDA or a GPU.
+absl::StatusOr<DeviceAllocation> AllocationOf(const void* device_pointer);
 
 using CopyDone = absl::AnyInvocable<void(absl::Status) &&>;
 

@@ -19,6 +19,8 @@ std::string UnavailableReason() { return std::string(NotBuilt().message()); }
 absl::StatusOr<std::shared_ptr<Allocator>> PinnedHostAllocator() { return NotBuilt(); }
 absl::StatusOr<std::shared_ptr<Allocator>> DeviceAllocator(int) { return NotBuilt(); }
 
+absl::StatusOr<DeviceAllocation> AllocationOf(const void*) { return NotBuilt(); }
+
 bool IpcEnabled() { return false; }
 
 const std::string& HostId() {

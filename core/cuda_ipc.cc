@@ -1,9 +1,6 @@
-// CUDA IPC on the runtime API. Two driver calls (the allocation's range and
-// its buffer id) come through cudaGetDriverEntryPointByVersion, so that rdv
-// never links libcuda and still starts where no driver is installed.
+// CUDA IPC on the runtime API.
 #include "core/cuda_ipc.h"
 
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
@@ -22,42 +19,12 @@
 namespace rdv::cuda {
 namespace {
 
-constexpr unsigned kDriverApiVersion = 12000;
 // Open mappings kept for reuse beyond those in use.
 constexpr size_t kMappingsKept = 64;
 
 absl::Status CudaError(cudaError_t error, absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(error), " (",
                                           cudaGetErrorString(error), ")"));
-}
-
-struct DriverCalls {
-  decltype(&::cuMemGetAddressRange) address_range = nullptr;
-  decltype(&::cuPointerGetAttribute) pointer_attribute = nullptr;
-};
-
-template <typename Fn>
-void BindDriverCall(const char* symbol, Fn* fn) {
-  void* found = nullptr;
-  cudaDriverEntryPointQueryResult result{};
-  if (cudaGetDriverEntryPointByVersion(symbol, &found, kDriverApiVersion, cudaEnableDefault,
-                                       &result) == cudaSuccess &&
-      result == cudaDriverEntryPointSuccess) {
-    *fn = reinterpret_cast<Fn>(found);
-  } else {
-    cudaGetLastError();
-    RDV_LOG(Warning) << "CUDA driver call " << symbol << " not found: CUDA IPC is off";
-  }
-}
-
-const DriverCalls& Driver() {
-  static const DriverCalls calls = [] {
-    DriverCalls bound;
-    BindDriverCall("cuMemGetAddressRange", &bound.address_range);
-    BindDriverCall("cuPointerGetAttribute", &bound.pointer_attribute);
-    return bound;
-  }();
-  return calls;
 }
 
 bool IpcSwitchOn() {
@@ -147,24 +114,10 @@ const std::string& HostId() {
 }
 
 absl::StatusOr<IpcExport> ExportIpc(const void* device_pointer) {
-  if (DeviceCount() == 0) return absl::FailedPreconditionError(UnavailableReason());
-  const DriverCalls& driver = Driver();
-  if (driver.address_range == nullptr || driver.pointer_attribute == nullptr) {
-    return absl::FailedPreconditionError("the CUDA driver lacks cuMemGetAddressRange or "
-                                         "cuPointerGetAttribute");
-  }
-  const auto pointer = reinterpret_cast<CUdeviceptr>(device_pointer);
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  unsigned long long buffer_id = 0;
-  if (driver.address_range(&base, &size, pointer) != CUDA_SUCCESS ||
-      driver.pointer_attribute(&buffer_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, pointer) !=
-          CUDA_SUCCESS) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CUDA IPC: ", absl::Hex(pointer), " is not inside a CUDA device allocation"));
-  }
+  RDV_ASSIGN_OR_RETURN(const DeviceAllocation allocation, AllocationOf(device_pointer));
   cudaIpcMemHandle_t handle;
-  if (const cudaError_t error = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base));
+  if (const cudaError_t error =
+          cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(allocation.base));
       error != cudaSuccess) {
     cudaGetLastError();
     return absl::InvalidArgumentError(
@@ -172,8 +125,8 @@ absl::StatusOr<IpcExport> ExportIpc(const void* device_pointer) {
   }
   IpcExport exported;
   exported.handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
-  exported.offset = pointer - base;
-  exported.buffer_id = buffer_id;
+  exported.offset = reinterpret_cast<uintptr_t>(device_pointer) - allocation.base;
+  exported.buffer_id = allocation.buffer_id;
   return exported;
 }
 

@@ -2,7 +2,8 @@
 // TransportAllocator's own memory when the buffer came from it, else a
 // cached registration of the buffer, else a new one. Cached registrations
 // are looked up by address interval, belong to one Buffer (a freed buffer's
-// registration is dropped when its address shows up again), and are evicted
+// registration is dropped when its address shows up again; CUDA memory is
+// registered per allocation and keyed by its buffer id), and are evicted
 // least recently used first beyond a byte bound, never while a transfer
 // holds them. Thread-safe.
 #pragma once
@@ -42,10 +43,17 @@ class RegistrationCache {
 
  private:
   struct Entry {
-    std::weak_ptr<Buffer> owner;
+    std::weak_ptr<Buffer> owner;  // host memory: the buffer registered
     std::shared_ptr<const TransportMemory> memory;
     uint64_t last_use = 0;
+    uint64_t cuda_buffer_id = 0;  // CUDA memory: the allocation registered
   };
+  absl::StatusOr<Registration> LookupCuda(const Buffer& buffer);
+  // A cached registration at `start` that `valid` accepts, else null after
+  // dropping what was there. mu_ held.
+  template <typename Valid>
+  const Entry* Find(uintptr_t start, Valid valid);
+  Registration Add(uintptr_t start, Entry entry);  // mu_ held
   void Evict();  // mu_ held
 
   const std::shared_ptr<const Transport> transport_;

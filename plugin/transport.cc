@@ -101,12 +101,14 @@ absl::StatusOr<std::shared_ptr<Transport>> Transport::Load(absl::string_view nam
     return TransportStatus(code, error.message, absl::StrCat("initializing ", path));
   }
   rdv_transport_attributes_t attributes{};
-  attributes.field_mask = RDV_TRANSPORT_ATTR_FIELD_OPS | RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION;
+  attributes.field_mask = RDV_TRANSPORT_ATTR_FIELD_OPS | RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION |
+                          RDV_TRANSPORT_ATTR_FIELD_MEMORY_TYPES;
   if (int code = transport->api_->query(transport->context_, &attributes, &error); code != 0) {
     return TransportStatus(code, error.message, absl::StrCat("querying ", path));
   }
   transport->preferred_op_ = attributes.preferred_op;
   transport->description_ = attributes.description;
+  transport->reaches_cuda_memory_ = (attributes.memory_types & RDV_TRANSPORT_MEMORY_CUDA) != 0;
   RDV_LOG(Info) << "transport " << name << " from " << path << ": " << transport->description_;
   return transport;
 }
@@ -167,12 +169,14 @@ absl::StatusOr<std::unique_ptr<TransportMemory>> Transport::Allocate(size_t leng
   return memory;
 }
 
-absl::StatusOr<std::unique_ptr<TransportMemory>> Transport::Register(void* address,
-                                                                     size_t length) const {
+absl::StatusOr<std::unique_ptr<TransportMemory>> Transport::Register(
+    void* address, size_t length, MemoryLocation location) const {
   rdv_transport_memory_t handle = nullptr;
   rdv_transport_error_t error{};
-  const int code = api_->mem_register(context_, address, length, RDV_TRANSPORT_MEMORY_HOST, 0,
-                                      &handle, &error);
+  const bool cuda = location.kind == MemoryKind::kCudaDevice;
+  const int code = api_->mem_register(
+      context_, address, length, cuda ? RDV_TRANSPORT_MEMORY_CUDA : RDV_TRANSPORT_MEMORY_HOST,
+      cuda ? location.device : 0, &handle, &error);
   RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " register")));
   std::unique_ptr<TransportMemory> memory(
       new TransportMemory(shared_from_this(), handle, address, length));

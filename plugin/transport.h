@@ -15,6 +15,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/strings/string_view.h"
+#include "core/memory.h"
 #include "core/status.h"
 #include "plugin/rdv_transport.h"
 
@@ -82,11 +83,15 @@ class Transport : public std::enable_shared_from_this<Transport> {
   const std::string& name() const { return name_; }
   const std::string& description() const { return description_; }
   uint32_t preferred_op() const { return preferred_op_; }
+  // The transport moves CUDA device memory itself (GPUDirect RDMA, or
+  // UCX's CUDA support); else GPU tensors stage through host memory.
+  bool reaches_cuda_memory() const { return reaches_cuda_memory_; }
 
   absl::StatusOr<std::string> LocalAddress() const;
   absl::StatusOr<std::unique_ptr<TransportEndpoint>> Connect(absl::string_view peer_address) const;
   absl::StatusOr<std::unique_ptr<TransportMemory>> Allocate(size_t length) const;
-  absl::StatusOr<std::unique_ptr<TransportMemory>> Register(void* address, size_t length) const;
+  absl::StatusOr<std::unique_ptr<TransportMemory>> Register(
+      void* address, size_t length, MemoryLocation location = MemoryLocation::Host()) const;
 
   // One-sided and tagged transfers. `done` runs exactly once: on the
   // progress thread when the transfer ends, or on this thread at once when
@@ -118,6 +123,7 @@ class Transport : public std::enable_shared_from_this<Transport> {
   rdv_transport_context_t context_ = nullptr;
   std::string description_;
   uint32_t preferred_op_ = RDV_TRANSPORT_OP_GET;
+  bool reaches_cuda_memory_ = false;
 };
 
 // The plugin's error as a Status: `code` and its message, prefixed by what

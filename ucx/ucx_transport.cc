@@ -64,6 +64,7 @@ struct Context {
   void* log_user = nullptr;
   int log_level = 1;
   uint32_t preferred_op = RDV_TRANSPORT_OP_GET;
+  bool cuda_memory = false;  // this UCX build has a CUDA memory domain
   std::string description;
   // Endpoints whose graceful close is still in flight, with its request
   // (null until ucp_ep_close_nbx has returned it).
@@ -263,11 +264,16 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
     delete context;
     return UcxError(error, status, "creating the worker");
   }
+  ucp_context_attr_t attributes{};
+  attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  context->cuda_memory = ucp_context_query(context->ucp, &attributes) == UCS_OK &&
+                         (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
   const char* tls = std::getenv("UCX_TLS");
   context->description = std::string("UCX ") + ucp_get_version_string() + ", UCX_TLS=" +
                          (tls ? tls : "(default)") + ", " +
                          (context->preferred_op == RDV_TRANSPORT_OP_TAG ? "tagged" : "get") +
-                         ", progress " + (context->busy_poll ? "poll" : "wait");
+                         ", progress " + (context->busy_poll ? "poll" : "wait") +
+                         (context->cuda_memory ? ", CUDA memory" : ", host memory only");
   context->Log(2, "UCX transport: " + context->description);
   context->progress = std::thread(ProgressLoop, context);
   *out = reinterpret_cast<rdv_transport_context_t>(context);
@@ -304,9 +310,12 @@ int Query(rdv_transport_context_t handle, rdv_transport_attributes_t* attributes
   const Context* context = ContextOf(handle);
   if (attributes->field_mask & RDV_TRANSPORT_ATTR_FIELD_NAME) attributes->name = "ucx";
   if (attributes->field_mask & RDV_TRANSPORT_ATTR_FIELD_MEMORY_TYPES) {
-    attributes->memory_types = RDV_TRANSPORT_MEMORY_HOST;
+    attributes->memory_types =
+        RDV_TRANSPORT_MEMORY_HOST | (context->cuda_memory ? uint32_t{RDV_TRANSPORT_MEMORY_CUDA} : 0u);
   }
-  if (attributes->field_mask & RDV_TRANSPORT_ATTR_FIELD_GPUDIRECT) attributes->gpudirect = 0;
+  if (attributes->field_mask & RDV_TRANSPORT_ATTR_FIELD_GPUDIRECT) {
+    attributes->gpudirect = context->cuda_memory;
+  }
   if (attributes->field_mask & RDV_TRANSPORT_ATTR_FIELD_OPS) {
     attributes->ops = RDV_TRANSPORT_OP_GET | RDV_TRANSPORT_OP_PUT | RDV_TRANSPORT_OP_TAG;
     attributes->preferred_op = context->preferred_op;
@@ -458,14 +467,21 @@ int MemAlloc(rdv_transport_context_t handle, size_t length, rdv_transport_memory
 int MemRegister(rdv_transport_context_t handle, void* address, size_t length,
                 uint32_t memory_type, int, rdv_transport_memory_t* out,
                 rdv_transport_error_t* error) {
-  if (memory_type != RDV_TRANSPORT_MEMORY_HOST) {
+  const bool cuda = memory_type == RDV_TRANSPORT_MEMORY_CUDA;
+  if (cuda && !ContextOf(handle)->cuda_memory) {
     return SetError(error, RDV_TRANSPORT_FAILED_PRECONDITION,
-                    "this UCX build reaches host memory only; stage GPU memory through host");
+                    "this UCX build has no CUDA support (ucx_info -d lists no cuda memory "
+                    "domain); stage GPU memory through host memory");
+  }
+  if (!cuda && memory_type != RDV_TRANSPORT_MEMORY_HOST) {
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT, "unknown memory type %u", memory_type);
   }
   ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
   params.address = address;
   params.length = length;
+  params.memory_type = cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
   return MapMemory(ContextOf(handle), &params, out, error, "registration");
 }
 
