@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "core/cuda.h"
 #include "core/logging.h"
 
 namespace rdv::control {
@@ -47,6 +48,13 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Create(absl::string_view p
   std::unique_ptr<DataPlane> plane(
       new DataPlane(std::string(protocol), options, std::move(transport)));
   RDV_ASSIGN_OR_RETURN(plane->local_address_, plane->transport_->LocalAddress());
+  if (cuda::DeviceCount() > 0) {
+    RDV_LOG(Info) << protocol << ": GPU tensors "
+                  << (plane->MovesCudaMemory()
+                          ? "move by GPUDirect, registered in place"
+                          : "stage through pinned host memory: the transport reaches host memory "
+                            "only (" + plane->transport_->description() + ")");
+  }
   return plane;
 }
 
@@ -144,18 +152,41 @@ void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
     return;
   }
   absl::StatusOr<std::shared_ptr<plugin::TransportEndpoint>> endpoint = EndpointTo(address);
-  const plugin::TransportMemory* memory =
-      allocator_->Find(destination.data(), destination.TotalBytes());
-  if (!endpoint.ok() || memory == nullptr) {
-    std::move(on_done)(!endpoint.ok() ? endpoint.status()
-                                      : absl::InternalError("the destination is not transport memory"));
+  absl::StatusOr<plugin::Registration> local = LocalMemory(destination);
+  if (!endpoint.ok() || !local.ok()) {
+    std::move(on_done)(!endpoint.ok() ? endpoint.status() : local.status());
     return;
   }
-  transport_->Get(**endpoint, destination.data(), *memory, descriptor.address(),
+  transport_->Get(**endpoint, destination.data(), *local->memory, descriptor.address(),
                   descriptor.remote_key(), descriptor.length(),
-                  [endpoint = *endpoint, on_done = std::move(on_done)](absl::Status status) mutable {
+                  [endpoint = *endpoint, hold = local->hold,
+                   on_done = std::move(on_done)](absl::Status status) mutable {
                     std::move(on_done)(std::move(status));
                   });
+}
+
+absl::StatusOr<plugin::Registration> DataPlane::LocalMemory(const Tensor& destination) {
+  if (destination.location().kind == MemoryKind::kCudaDevice) {
+    return registrations_.Lookup(destination.buffer());
+  }
+  const plugin::TransportMemory* memory =
+      allocator_->Find(destination.data(), destination.TotalBytes());
+  if (memory == nullptr) return absl::InternalError("the destination is not transport memory");
+  return plugin::Registration{memory, nullptr};
+}
+
+std::shared_ptr<Allocator> DataPlane::ReceiveAllocator(MemoryLocation destination) const {
+  if (destination.kind == MemoryKind::kCudaDevice && transport_->reaches_cuda_memory()) {
+    if (absl::StatusOr<std::shared_ptr<Allocator>> device = cuda::DeviceAllocator(destination.device);
+        device.ok()) {
+      return *std::move(device);
+    }
+  }
+  return allocator_;
+}
+
+bool DataPlane::MovesCudaMemory() const {
+  return transport_->reaches_cuda_memory() && cuda::DeviceCount() > 0;
 }
 
 }  // namespace rdv::control

@@ -4,7 +4,8 @@
 // transfers waiting for their consumer. Thread-safe.
 //
 // Producer: Offer() keeps a tensor (and its registration) alive under a
-// transfer id and describes it; op tag also posts the send. Release() (from
+// transfer id and describes it; op tag also posts the send. Host tensors
+// always; GPU tensors when MovesCudaMemory() (else the worker stages them). Release() (from
 // the consumer's batched ReleaseTransfers) or the step's cleanup lets go.
 // Consumer: Fetch() moves the described bytes into a destination tensor.
 #pragma once
@@ -62,16 +63,24 @@ class DataPlane {
   absl::Status Release(const ReleasedTransfer& transfer);
   void DropStep(int64_t step_id);
 
-  // Consumer side: fills `destination` (host memory of TotalBytes() ==
-  // descriptor.length) and calls `done` on the transport's thread.
+  // Consumer side: fills `destination` (from ReceiveAllocator, of
+  // TotalBytes() == descriptor.length) and calls `done` on the transport's
+  // thread.
   void Fetch(const TransportDescriptor& descriptor, Tensor destination,
              plugin::TransportDone done);
+  // Where a tensor bound for `destination` is received: that GPU's memory
+  // when the transport reaches it (GPUDirect), else the host pool.
+  std::shared_ptr<Allocator> ReceiveAllocator(MemoryLocation destination) const;
+  // GPU tensors are offered and received in place, without staging.
+  bool MovesCudaMemory() const;
 
  private:
   DataPlane(std::string protocol, DataPlaneOptions options,
             std::shared_ptr<plugin::Transport> transport);
   absl::StatusOr<std::shared_ptr<plugin::TransportEndpoint>> EndpointTo(absl::string_view address);
   void ForgetEndpoint(const std::string& address);
+  // The registration the transport reads into `destination` with.
+  absl::StatusOr<plugin::Registration> LocalMemory(const Tensor& destination);
 
   const std::string protocol_;
   const DataPlaneOptions options_;

@@ -37,26 +37,28 @@ bool AwaitTag(grpc::CompletionQueue* queue, void* tag,
   }
 }
 
-// Where the received bytes land first: the data plane's memory, or for
-// protocol grpc host memory, pinned when the tensor then goes to a GPU (the
-// DMA copy reads it without another staging copy).
-std::shared_ptr<Allocator> DestinationAllocator(DataPlane* data_plane, MemoryLocation destination) {
-  if (data_plane != nullptr) return data_plane->allocator();
-  if (!destination.is_host()) {
+// Where the received bytes land first. In the stream: host memory, pinned
+// when the tensor then goes to a GPU (the DMA copy reads it without another
+// staging copy), the data plane's pool when there is one. Through the data
+// plane: what it picks for the destination. By CUDA IPC: the destination
+// GPU, when the request asked for it.
+TensorDecoder::Allocators DecoderAllocators(DataPlane* data_plane,
+                                            const RecvTensorRequest& request,
+                                            MemoryLocation destination) {
+  TensorDecoder::Allocators allocators;
+  if (data_plane != nullptr) {
+    allocators.stream = data_plane->allocator();
+    allocators.transport = data_plane->ReceiveAllocator(destination);
+  } else if (!destination.is_host()) {
     if (absl::StatusOr<std::shared_ptr<Allocator>> pinned = cuda::PinnedHostAllocator(); pinned.ok()) {
-      return *std::move(pinned);
+      allocators.stream = *std::move(pinned);
     }
   }
-  return HostAllocator();
-}
-
-// Device memory for a tensor the producer lends by CUDA IPC; null when the
-// request did not ask for that.
-std::shared_ptr<Allocator> CudaIpcAllocator(const RecvTensorRequest& request,
-                                            MemoryLocation destination) {
-  if (!request.consumer_accepts_cuda_ipc()) return nullptr;
-  absl::StatusOr<std::shared_ptr<Allocator>> device = cuda::DeviceAllocator(destination.device);
-  return device.ok() ? *std::move(device) : nullptr;
+  if (request.consumer_accepts_cuda_ipc()) {
+    absl::StatusOr<std::shared_ptr<Allocator>> device = cuda::DeviceAllocator(destination.device);
+    if (device.ok()) allocators.cuda_ipc = *std::move(device);
+  }
+  return allocators;
 }
 
 // Starts the copy a RecvTensor answer described (data-plane transfer or
@@ -66,11 +68,6 @@ void StartSideTransfer(DataPlane* data_plane, const TensorDecoder& decoder,
                        absl::AnyInvocable<void(absl::Status) &&> done) {
   if (decoder.has_cuda_ipc()) {
     FetchByCudaIpc(decoder.meta().cuda_ipc(), decoder.tensor(), std::move(done));
-    return;
-  }
-  if (data_plane == nullptr) {
-    std::move(done)(absl::FailedPreconditionError(
-        "the producer answered with a transport descriptor, but this worker has no data plane"));
     return;
   }
   data_plane->Fetch(decoder.meta().transport(), decoder.tensor(), std::move(done));
@@ -119,8 +116,7 @@ RecvTensorCall::RecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* 
       destination_(destination),
       detach_(std::move(detach)),
       done_(std::move(done)),
-      decoder_(DestinationAllocator(data_plane, destination),
-               CudaIpcAllocator(request_, destination)) {
+      decoder_(DecoderAllocators(data_plane, request_, destination)) {
   calls_->Begin();
 }
 
@@ -257,8 +253,7 @@ BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> wor
       request_(std::move(request)),
       timeout_(timeout),
       peer_timeout_(peer_timeout),
-      decoder_(DestinationAllocator(data_plane, destination),
-               CudaIpcAllocator(request_, destination)) {}
+      decoder_(DecoderAllocators(data_plane, request_, destination)) {}
 
 bool BlockingRecvTensorCall::Withdrawn() {
   grpc::ClientContext context;

@@ -143,10 +143,16 @@ absl::Status TensorDecoder::StartTensor() {
                        TensorShape::Create(absl::MakeConstSpan(meta_.dims().data(),
                                                                static_cast<size_t>(meta_.dims_size()))));
   const bool lent = meta_.has_cuda_ipc();
-  if (lent && (cuda_ipc_allocator_ == nullptr || meta_.has_transport())) {
+  if (lent && (allocators_.cuda_ipc == nullptr || meta_.has_transport())) {
     return Corrupt("a CUDA IPC descriptor the consumer did not ask for");
   }
-  std::shared_ptr<Allocator> allocator = lent ? cuda_ipc_allocator_ : allocator_;
+  if (meta_.has_transport() && allocators_.transport == nullptr) {
+    return absl::FailedPreconditionError(
+        "the producer answered with a transport descriptor, but this worker has no data plane");
+  }
+  std::shared_ptr<Allocator> allocator = lent                   ? allocators_.cuda_ipc
+                                         : meta_.has_transport() ? allocators_.transport
+                                                                 : allocators_.stream;
   if (dtype == DType::kString) allocator = HostAllocator();
   RDV_ASSIGN_OR_RETURN(tensor_, Tensor::Allocate(std::move(allocator), dtype, shape));
   if (meta_.has_transport() || lent) {

@@ -44,12 +44,18 @@ grpc::ByteBuffer EncodeChunk(const TensorMeta* meta, const TensorPayload& payloa
 // Rebuilds the tensor from the chunks of one RecvTensor stream, in order.
 class TensorDecoder {
  public:
-  // Numeric tensors are allocated from `allocator` (host memory), or from
-  // `cuda_ipc_allocator` (device memory) when the producer lends the tensor
-  // by CUDA IPC; null when the consumer did not ask for that.
-  explicit TensorDecoder(std::shared_ptr<Allocator> allocator = HostAllocator(),
-                         std::shared_ptr<Allocator> cuda_ipc_allocator = nullptr)
-      : allocator_(std::move(allocator)), cuda_ipc_allocator_(std::move(cuda_ipc_allocator)) {}
+  // Where numeric tensors are allocated, by how the payload comes.
+  struct Allocators {
+    std::shared_ptr<Allocator> stream = HostAllocator();  // in the stream: host memory
+    // Through the data plane (its pool, or device memory it reaches); null
+    // when this worker has none.
+    std::shared_ptr<Allocator> transport;
+    // Lent by CUDA IPC (device memory); null when the consumer did not ask.
+    std::shared_ptr<Allocator> cuda_ipc;
+  };
+
+  TensorDecoder() = default;
+  explicit TensorDecoder(Allocators allocators) : allocators_(std::move(allocators)) {}
 
   // DATA_LOSS / INVALID_ARGUMENT for a chunk that does not fit (bad meta,
   // out-of-order or overflowing data).
@@ -73,8 +79,7 @@ class TensorDecoder {
   absl::Status StartTensor();
   absl::Status DecodeStrings();
 
-  const std::shared_ptr<Allocator> allocator_;
-  const std::shared_ptr<Allocator> cuda_ipc_allocator_;
+  const Allocators allocators_;
   bool has_meta_ = false;
   TensorMeta meta_;
   Tensor tensor_;

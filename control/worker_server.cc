@@ -369,7 +369,8 @@ class WorkerServer::Impl::RecvTensorReactor final
   }
 
   // Lends a GPU tensor by CUDA IPC to a consumer on this host that asked
-  // for it; else copies it to pinned host memory and sends that.
+  // for it; else offers it in place through a data plane that moves GPU
+  // memory; else copies it to pinned host memory and sends that.
   void SendDeviceTensor(const Tensor& value) {
     if (CudaIpcWanted(request_, value)) {
       absl::StatusOr<CudaIpcDescriptor> lent =
@@ -386,6 +387,10 @@ class WorkerServer::Impl::RecvTensorReactor final
         RDV_LOG(Warning) << impl_->env_.worker_name << ": cannot lend a GPU tensor by CUDA IPC ("
                          << lent.status() << "); GPU tensors stage through host memory";
       }
+    }
+    if (UseDataPlane(value, false) && impl_->data_plane_->MovesCudaMemory()) {
+      OfferThroughDataPlane(value);
+      return;
     }
     CopyTensorAsync(value, MemoryLocation::PinnedHost(), [this](absl::StatusOr<Tensor> staged) {
       if (staged.ok()) {

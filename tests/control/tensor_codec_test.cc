@@ -104,7 +104,8 @@ TEST(TensorCodecTest, RejectsCudaIpcDescriptorsNotAskedFor) {
   }
   {
     meta.mutable_cuda_ipc()->set_length(4999);
-    TensorDecoder decoder(HostAllocator(), HostAllocator());
+    TensorDecoder decoder({.stream = HostAllocator(), .transport = nullptr,
+                           .cuda_ipc = HostAllocator()});
     grpc::ByteBuffer only = EncodeChunk(&meta, none, 0, 0);
     EXPECT_EQ(decoder.Consume(&only).code(), absl::StatusCode::kDataLoss)
         << "a descriptor whose length differs from the tensor's";
