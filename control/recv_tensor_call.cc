@@ -89,6 +89,24 @@ struct FetchJoin {
   absl::Status stream_status;
 };
 
+void StreamUpload::Advance(const TensorDecoder& decoder, MemoryLocation destination) {
+  if (!decided_ && decoder.has_meta()) {
+    decided_ = true;
+    const Tensor& tensor = decoder.tensor();
+    const bool in_stream_to_gpu = !destination.is_host() && !decoder.has_transport() &&
+                                  !decoder.has_cuda_ipc() && tensor.IsInitialized() &&
+                                  tensor.TotalBytes() > 0 &&
+                                  tensor.location().kind == MemoryKind::kPinnedHost;
+    if (in_stream_to_gpu) {
+      // On failure the whole copy at the end reports the error.
+      absl::StatusOr<std::unique_ptr<ChunkedUpload>> upload =
+          ChunkedUpload::Create(tensor, destination, kStagingChunkBytes);
+      if (upload.ok()) upload_ = *std::move(upload);
+    }
+  }
+  if (upload_ != nullptr) upload_->Advance(decoder.received_bytes());
+}
+
 void ReleaseFetched(const WorkerClient& worker, int64_t step_id, const TensorMeta& meta) {
   ReleasedTransfer transfer;
   transfer.set_step_id(step_id);
@@ -147,6 +165,7 @@ void RecvTensorCall::OnReadDone(bool ok) {
     Abort(decoded);
     return;
   }
+  upload_.Advance(decoder_, destination_);
   response_.Clear();
   // The status follows the last chunk; a further read would only add a
   // round through the reactor.
@@ -224,13 +243,18 @@ void RecvTensorCall::Finish() {
     Complete(absl::OkStatus(), *std::move(tensor), is_dead);
     return;
   }
-  CopyTensorAsync(*tensor, destination_, [this](absl::StatusOr<Tensor> copied) {
+  auto on_device = [this](absl::StatusOr<Tensor> copied) {
     if (copied.ok()) {
       Complete(absl::OkStatus(), *std::move(copied), false);
     } else {
       Complete(copied.status(), Tensor(), false);
     }
-  });
+  };
+  if (std::unique_ptr<ChunkedUpload> upload = upload_.Take()) {
+    upload->Finish(std::move(on_device));
+  } else {
+    CopyTensorAsync(*tensor, destination_, std::move(on_device));
+  }
 }
 
 void RecvTensorCall::Complete(absl::Status status, Tensor tensor, bool is_dead) {
@@ -253,6 +277,7 @@ BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> wor
       request_(std::move(request)),
       timeout_(timeout),
       peer_timeout_(peer_timeout),
+      destination_(destination),
       decoder_(DecoderAllocators(data_plane, request_, destination)) {}
 
 bool BlockingRecvTensorCall::Withdrawn() {
@@ -304,6 +329,7 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
     }
     reading = got && !timed_out;
     if (reading) decoded = decoder_.Consume(&chunk);
+    if (reading && decoded.ok()) upload_.Advance(decoder_, destination_);
     deadline = absl::InfiniteFuture();
   }
   if (!decoded.ok()) Abort(decoded);
@@ -339,6 +365,16 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
   ReleaseFetched(*worker_, request_.step_id(), decoder_.meta());
   RDV_ASSIGN_OR_RETURN(*tensor, decoder_.Finish());
   *is_dead = decoder_.meta().is_dead();
+  if (std::unique_ptr<ChunkedUpload> upload = upload_.Take()) {
+    Notification uploaded;
+    absl::StatusOr<Tensor> on_device;
+    upload->Finish([&](absl::StatusOr<Tensor> copied) {
+      on_device = std::move(copied);
+      uploaded.Notify();
+    });
+    uploaded.WaitForNotification();
+    RDV_ASSIGN_OR_RETURN(*tensor, std::move(on_device));
+  }
   return absl::OkStatus();
 }
 

@@ -16,11 +16,27 @@
 #include "control/data_plane.h"
 #include "control/tensor_codec.h"
 #include "control/worker_cache.h"
+#include "core/chunked_copy.h"
 #include "core/memory.h"
 
 namespace rdv::control {
 
 struct FetchJoin;
+
+// Copies a GPU-bound payload that arrives in the stream (into pinned
+// memory) to the device chunk by chunk as it arrives, so that the copy
+// overlaps the wire.
+class StreamUpload {
+ public:
+  // After each chunk the decoder consumed.
+  void Advance(const TensorDecoder& decoder, MemoryLocation destination);
+  // The upload to finish, or null when the tensor did not go this way.
+  std::unique_ptr<ChunkedUpload> Take() { return std::move(upload_); }
+
+ private:
+  bool decided_ = false;
+  std::unique_ptr<ChunkedUpload> upload_;
+};
 
 // What a step's rendezvous can do to a call in flight.
 class AbortableCall {
@@ -70,6 +86,7 @@ class RecvTensorCall final : public AbortableCall,
   grpc::ByteBuffer request_buffer_;
   grpc::ByteBuffer response_;
   TensorDecoder decoder_;  // touched by one reaction or completion at a time
+  StreamUpload upload_;    // likewise
   std::mutex mu_;
   absl::Status abort_status_;  // guarded by mu_
 };
@@ -100,8 +117,10 @@ class BlockingRecvTensorCall final : public AbortableCall {
   const RecvTensorRequest request_;
   const absl::Duration timeout_;
   const absl::Duration peer_timeout_;
+  const MemoryLocation destination_;
   grpc::ClientContext context_;
   TensorDecoder decoder_;
+  StreamUpload upload_;
   std::mutex mu_;
   absl::Status abort_status_;  // guarded by mu_
 };

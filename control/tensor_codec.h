@@ -64,6 +64,8 @@ class TensorDecoder {
   bool has_meta() const { return has_meta_; }
   // Meta and every payload byte have arrived.
   bool complete() const { return has_meta_ && received_ == meta_.payload_bytes(); }
+  // Payload bytes written into tensor() so far (in order).
+  uint64_t received_bytes() const { return received_; }
   // The payload moves through a data-plane transport into tensor().
   bool has_transport() const { return has_meta_ && meta_.has_transport(); }
   // The payload is copied by CUDA IPC into tensor().

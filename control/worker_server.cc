@@ -23,6 +23,7 @@
 #include "control/rpc_remote_rendezvous.h"
 #include "control/tensor_codec.h"
 #include "control/tensor_pattern.h"
+#include "core/chunked_copy.h"
 #include "core/device_copy.h"
 #include "core/logging.h"
 #include "core/notification.h"
@@ -388,10 +389,15 @@ class WorkerServer::Impl::RecvTensorReactor final
                          << lent.status() << "); GPU tensors stage through host memory";
       }
     }
-    if (UseDataPlane(value, false) && impl_->data_plane_->MovesCudaMemory()) {
+    if (!UseDataPlane(value, false)) {
+      StreamFromDevice(value);
+      return;
+    }
+    if (impl_->data_plane_->MovesCudaMemory()) {
       OfferThroughDataPlane(value);
       return;
     }
+    // The consumer reads the staged copy in one go: stage it whole.
     CopyTensorAsync(value, MemoryLocation::PinnedHost(), [this](absl::StatusOr<Tensor> staged) {
       if (staged.ok()) {
         SendHostTensor(*staged, false);
@@ -399,6 +405,23 @@ class WorkerServer::Impl::RecvTensorReactor final
         Finish(ToGrpcStatus(staged.status()));
       }
     });
+  }
+
+  // Streams a GPU tensor through pinned memory in chunks: chunk k is
+  // written while chunk k+1 copies off the device.
+  void StreamFromDevice(const Tensor& value) {
+    absl::StatusOr<std::unique_ptr<ChunkedDownload>> download =
+        ChunkedDownload::Start(value, chunk_bytes_);
+    absl::StatusOr<TensorPayload> payload =
+        download.ok() ? TensorPayload::Of((*download)->host()) : download.status();
+    if (!payload.ok()) {
+      Finish(ToGrpcStatus(payload.status()));
+      return;
+    }
+    download_ = *std::move(download);
+    payload_ = *std::move(payload);
+    meta_ = MakeTensorMeta(value, false, payload_.size(), absl::GetCurrentTimeNanos() / 1000);
+    WriteNext();
   }
 
   void SendHostTensor(const Tensor& value, bool is_dead) {
@@ -416,9 +439,19 @@ class WorkerServer::Impl::RecvTensorReactor final
     WriteNext();
   }
 
-  // One chunk per write; the last goes with the status.
+  // One chunk per write; the last goes with the status. A chunk still on
+  // its way off the GPU is written when it lands.
   void WriteNext() {
     const size_t length = std::min(chunk_bytes_, payload_.size() - offset_);
+    if (download_ != nullptr) {
+      const absl::StatusOr<bool> landed =
+          download_->WhenReady(offset_ + length, [this] { WriteNext(); });
+      if (!landed.ok()) {
+        Finish(ToGrpcStatus(landed.status()));
+        return;
+      }
+      if (!*landed) return;
+    }
     chunk_ = EncodeChunk(offset_ == 0 ? &meta_ : nullptr, payload_, offset_, length);
     offset_ += length;
     if (offset_ == payload_.size()) {
@@ -435,6 +468,7 @@ class WorkerServer::Impl::RecvTensorReactor final
   Notification settled_;  // the local Recv completed, one way or the other
   bool delivered_ = false;  // ... with a value; written before settled_
   std::shared_ptr<TagSend> tag_send_;
+  std::unique_ptr<ChunkedDownload> download_;  // a GPU tensor streamed in chunks
   size_t chunk_bytes_ = 0;
   TensorPayload payload_;
   TensorMeta meta_;

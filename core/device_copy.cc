@@ -1,9 +1,11 @@
 #include "core/device_copy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/chunked_copy.h"
 #include "core/cuda.h"
 #include "core/notification.h"
 
@@ -15,12 +17,26 @@ absl::StatusOr<std::shared_ptr<Allocator>> AllocatorFor(MemoryLocation location)
   return cuda::PinnedHostAllocator();
 }
 
-// Copies a pageable host tensor into pinned memory, where DMA can read it.
-absl::StatusOr<Tensor> StageInPinnedMemory(const Tensor& src) {
-  RDV_ASSIGN_OR_RETURN(std::shared_ptr<Allocator> pinned, cuda::PinnedHostAllocator());
-  RDV_ASSIGN_OR_RETURN(Tensor staged, Tensor::Allocate(std::move(pinned), src.dtype(), src.shape()));
-  if (src.TotalBytes() > 0) std::memcpy(staged.data(), src.data(), src.TotalBytes());
-  return staged;
+// A pageable host tensor goes to the device through pinned staging memory,
+// chunk by chunk: the memcpy of a chunk overlaps the DMA of the one before.
+void UploadPageable(const Tensor& src, MemoryLocation dst, CopyTensorDone done) {
+  absl::StatusOr<std::shared_ptr<Allocator>> pinned = cuda::PinnedHostAllocator();
+  absl::StatusOr<Tensor> staging =
+      pinned.ok() ? Tensor::Allocate(*std::move(pinned), src.dtype(), src.shape()) : pinned.status();
+  absl::StatusOr<std::unique_ptr<ChunkedUpload>> upload =
+      staging.ok() ? ChunkedUpload::Create(*staging, dst, kStagingChunkBytes) : staging.status();
+  if (!upload.ok()) {
+    std::move(done)(upload.status());
+    return;
+  }
+  const size_t total = src.TotalBytes();
+  for (size_t offset = 0; offset < total; offset += kStagingChunkBytes) {
+    const size_t length = std::min(kStagingChunkBytes, total - offset);
+    std::memcpy(static_cast<char*>(staging->data()) + offset,
+                static_cast<const char*>(src.data()) + offset, length);
+    (*upload)->Advance(offset + length);
+  }
+  (*upload)->Finish(std::move(done));
 }
 
 }  // namespace
@@ -32,21 +48,23 @@ void CopyTensorAsync(const Tensor& src, MemoryLocation dst, CopyTensorDone done)
         src.location().ToString(), " to ", dst.ToString())));
     return;
   }
+  if (src.location().kind == MemoryKind::kHost && !dst.is_host() && src.TotalBytes() > 0) {
+    UploadPageable(src, dst, std::move(done));
+    return;
+  }
   absl::StatusOr<std::shared_ptr<Allocator>> allocator = AllocatorFor(dst);
   absl::StatusOr<Tensor> out = allocator.ok()
                                    ? Tensor::Allocate(*std::move(allocator), src.dtype(), src.shape())
                                    : allocator.status();
-  absl::StatusOr<Tensor> source = src;
-  if (out.ok() && src.location().kind == MemoryKind::kHost) source = StageInPinnedMemory(src);
-  if (!out.ok() || !source.ok()) {
-    std::move(done)(out.ok() ? source.status() : out.status());
+  if (!out.ok()) {
+    std::move(done)(out.status());
     return;
   }
   if (src.TotalBytes() == 0) {
     std::move(done)(*std::move(out));
     return;
   }
-  const Tensor from = *std::move(source);
+  const Tensor from = src;
   Tensor to = *std::move(out);
   cuda::CopyAsync(from.data(), from.location(), to.data(), to.location(), src.TotalBytes(),
                   [from, to, done = std::move(done)](absl::Status status) mutable {

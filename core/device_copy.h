@@ -13,8 +13,9 @@ using CopyTensorDone = absl::AnyInvocable<void(absl::StatusOr<Tensor>) &&>;
 // A new tensor in `dst` holding `src`'s bytes; `done` runs when the copy is
 // complete (on a CUDA completion thread, or at once on error). Host
 // destinations get pinned memory; a pageable host source is staged through
-// pinned memory first. INVALID_ARGUMENT for a dtype that cannot be
-// DMA-copied (strings); FAILED_PRECONDITION without CUDA or a GPU.
+// pinned memory in chunks (core/chunked_copy.h). INVALID_ARGUMENT for a
+// dtype that cannot be DMA-copied (strings); FAILED_PRECONDITION without
+// CUDA or a GPU.
 void CopyTensorAsync(const Tensor& src, MemoryLocation dst, CopyTensorDone done);
 
 // CopyTensorAsync that blocks until the copy is done.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "core/cuda.h"
 #include "core/notification.h"
 #include "core/rendezvous.h"
 
@@ -41,3 +42,9 @@ struct RecvResult {
 };
 
 }  // namespace rdv::testing
+
+// Skips a test that needs `n` CUDA devices, saying why there are fewer.
+#define RDV_SKIP_WITHOUT_GPUS(n)                                                           \
+  if (::rdv::cuda::DeviceCount() < (n))                                                    \
+  GTEST_SKIP() << "needs " << (n) << " CUDA device(s), found " << ::rdv::cuda::DeviceCount() \
+               << ": " << ::rdv::cuda::UnavailableReason()

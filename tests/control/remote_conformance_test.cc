@@ -574,26 +574,22 @@ TEST_P(RemoteConformanceTest, ForgedCudaIpcReleaseIsRefusedByTheProducer) {
       << status.error_message();
 }
 
-#define REQUIRE_GPU()                                                                  \
-  if (cuda::DeviceCount() == 0)                                                        \
-  GTEST_SKIP() << "needs a CUDA device: " << cuda::UnavailableReason()
-
 // Same host, both sides on a GPU: CUDA IPC (on by default).
 TEST_P(RemoteConformanceTest, GpuToGpuArrivesByteExact) {
-  REQUIRE_GPU();
+  RDV_SKIP_WITHOUT_GPUS(1);
   ExpectTensorsCross(kProducerGpu, kConsumerGpu, 37);
 }
 
 // The producer refuses CUDA IPC: the protocol carries the bytes, staged
 // through host memory on both sides.
 TEST_P(RemoteConformanceTest, GpuToGpuWithoutCudaIpcIsStaged) {
-  REQUIRE_GPU();
+  RDV_SKIP_WITHOUT_GPUS(1);
   RestartProducerWith("RDV_CUDA_IPC", "0");
   ExpectTensorsCross(kProducerGpu, kConsumerGpu, 38);
 }
 
 TEST_P(RemoteConformanceTest, GpuToHostAndHostToGpuArriveByteExact) {
-  REQUIRE_GPU();
+  RDV_SKIP_WITHOUT_GPUS(1);
   ExpectTensorsCross(kProducerGpu, kConsumerCpu, 39);
   ExpectTensorsCross(kProducerCpu, kConsumerGpu, 40);
 }

@@ -21,11 +21,6 @@ using testing::kGpu1;
 using testing::Key;
 using testing::RecvResult;
 
-#define RDV_SKIP_WITHOUT_GPUS(n)                                                           \
-  if (cuda::DeviceCount() < (n))                                                           \
-  GTEST_SKIP() << "needs " << (n) << " CUDA device(s), found " << cuda::DeviceCount() \
-               << ": " << cuda::UnavailableReason()
-
 Tensor BytePattern(std::shared_ptr<Allocator> allocator, int64_t bytes) {
   auto t = Tensor::Allocate(std::move(allocator), DType::kUInt8, *TensorShape::Create({bytes}));
   EXPECT_TRUE(t.ok()) << t.status();
