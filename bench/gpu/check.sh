@@ -46,7 +46,7 @@ step() {
 (nvidia-smi -L && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv) \
   >"$results/gpu.txt" 2>&1 || echo "nvidia-smi: not available" >>"$results/gpu.txt"
 
-for test in rdv_intra_process_test rdv_executor_test; do
+for test in rdv_intra_process_test rdv_chunked_copy_test rdv_executor_test; do
   step "tests-$test" 120 "$here/bin/$test" --gtest_output="json:$results/tests-$test.json"
 done
 # The GPU cases of the cross-process suite, over the protocols that need no

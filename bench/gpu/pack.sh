@@ -24,6 +24,7 @@ binaries=(
   "$build/apps/rdv-bench"
   "$build/bench/rdv_bench_gpu"
   "$build/tests/core/rdv_intra_process_test"
+  "$build/tests/core/rdv_chunked_copy_test"
   "$build/tests/control/rdv_remote_conformance_test"
   "$build/tests/graph/rdv_executor_test"
 )

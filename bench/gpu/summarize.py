@@ -60,6 +60,9 @@ def main():
     ok = all(step["exit_status"] == 0 for step in load(os.path.join(results, "steps.json")))
     test_counts(results)
     medians = benchmark_medians(results)
+    if not medians:
+        ok = False
+        print("\nno GPU figures: every benchmark reported an error (see bench_gpu.log)")
     print("\nin one process, GB/s, median [min-max] of 5:")
     print(f"  {'copy':6} {'size':>8} {'rdv':>20} {'cudaMemcpy':>20} {'ratio':>6}")
     for direction, name in DIRECTIONS.items():
