@@ -193,6 +193,20 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     }
   }
 
+  // Releases a transfer the producer never described.
+  grpc::Status ReleaseForged(int64_t step, uint64_t transfer_id, uint64_t length, bool cuda_ipc) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
+    ReleaseTransfersRequest request;
+    ReleasedTransfer* forged = request.add_transfers();
+    forged->set_step_id(step);
+    forged->set_transfer_id(transfer_id);
+    forged->set_length(length);
+    forged->set_cuda_ipc(cuda_ipc);
+    ReleaseTransfersResponse response;
+    return worker_stub_->ReleaseTransfers(&context, request, &response);
+  }
+
   void RestartProducerWith(const char* name, const char* value) {
     ASSERT_EQ(producer_->Stop(), 0);
     producer_.reset();
@@ -539,15 +553,7 @@ TEST_P(RemoteConformanceTest, HandshakeChecksTheProtocolVersion) {
 TEST_P(RemoteConformanceTest, ForgedReleaseIsRefusedByTheProducer) {
   const ParsedKey key = Key("held");
   ASSERT_TRUE(Produce(34, {Item(key, DType::kUInt8, {int64_t{1} << 20}, 3)}).ok());
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
-  ReleaseTransfersRequest request;
-  ReleasedTransfer* forged = request.add_transfers();
-  forged->set_step_id(34);
-  forged->set_transfer_id(987654321);
-  forged->set_length(1 << 20);
-  ReleaseTransfersResponse response;
-  const grpc::Status status = worker_stub_->ReleaseTransfers(&context, request, &response);
+  const grpc::Status status = ReleaseForged(34, 987654321, 1 << 20, /*cuda_ipc=*/false);
   EXPECT_EQ(status.error_code(), std::string(GetParam().protocol) == "grpc"
                                      ? grpc::StatusCode::FAILED_PRECONDITION
                                      : grpc::StatusCode::INVALID_ARGUMENT)
@@ -559,16 +565,7 @@ TEST_P(RemoteConformanceTest, ForgedReleaseIsRefusedByTheProducer) {
 }
 
 TEST_P(RemoteConformanceTest, ForgedCudaIpcReleaseIsRefusedByTheProducer) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
-  ReleaseTransfersRequest request;
-  ReleasedTransfer* forged = request.add_transfers();
-  forged->set_step_id(36);
-  forged->set_transfer_id(42);
-  forged->set_length(4096);
-  forged->set_cuda_ipc(true);
-  ReleaseTransfersResponse response;
-  const grpc::Status status = worker_stub_->ReleaseTransfers(&context, request, &response);
+  const grpc::Status status = ReleaseForged(36, 42, 4096, /*cuda_ipc=*/true);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_NE(status.error_message().find("CUDA IPC transfer 42"), std::string::npos)
       << status.error_message();
