@@ -48,12 +48,12 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Create(absl::string_view p
   std::unique_ptr<DataPlane> plane(
       new DataPlane(std::string(protocol), options, std::move(transport)));
   RDV_ASSIGN_OR_RETURN(plane->local_address_, plane->transport_->LocalAddress());
-  if (cuda::DeviceCount() > 0) {
-    RDV_LOG(Info) << protocol << ": GPU tensors "
-                  << (plane->MovesCudaMemory()
-                          ? "move by GPUDirect, registered in place"
-                          : "stage through pinned host memory: the transport reaches host memory "
-                            "only (" + plane->transport_->description() + ")");
+  if (plane->MovesCudaMemory()) {
+    RDV_LOG(Info) << protocol << ": GPU tensors move by GPUDirect, registered in place";
+  } else if (cuda::DeviceCount() > 0) {
+    RDV_LOG(Warning) << protocol << ": GPU tensors stage through pinned host memory (CUDA IPC "
+                     << "aside): the transport reaches host memory only ("
+                     << plane->transport_->description() << ")";
   }
   return plane;
 }
