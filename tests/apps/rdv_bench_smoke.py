@@ -2,7 +2,8 @@
 """rdv-bench smoke test: --local over each protocol this machine has, two
 small sizes, bytes verified, JSON read back and its fields checked; one
 small `compare` run and its rows; a bad protocol and an unreachable peer
-each give a one-line error and exit 1.
+each give a one-line error and exit 1; --memory cuda runs GPU to GPU, or
+without a GPU is a one-line refusal.
 
 usage: rdv_bench_smoke.py RDV_BENCH"""
 import json
@@ -82,5 +83,14 @@ for args, what in [(["--local", "--protocol", "carrierpigeon"], "unknown protoco
     lines = result.stderr.strip().splitlines()
     check(result.returncode == 1, f"{what}: exit {result.returncode}")
     check(len(lines) == 1 and lines[0].startswith("rdv-bench: "), f"{what}: stderr {lines}")
+
+# GPU 0 to GPU 0 where there is a GPU; without one, a one-line refusal.
+result = run(["--local", "--protocol", "grpc", "--memory", "cuda", "--sizes", "4K,1M"])
+lines = result.stderr.strip().splitlines()
+if result.returncode == 0:
+    check("1048576" in result.stdout, f"--memory cuda: no 1 MiB row in {result.stdout}")
+else:
+    check(result.returncode == 1 and len(lines) == 1 and "--memory cuda: " in lines[0],
+          f"--memory cuda without a GPU: exit {result.returncode}, stderr {lines}")
 
 sys.exit(1 if failures else 0)
