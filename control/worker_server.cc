@@ -24,6 +24,7 @@
 #include "control/tensor_codec.h"
 #include "control/tensor_pattern.h"
 #include "core/chunked_copy.h"
+#include "core/cuda_settings.h"
 #include "core/device_copy.h"
 #include "core/logging.h"
 #include "core/notification.h"
@@ -707,6 +708,7 @@ void WorkerServer::Impl::CleanupStep(int64_t step_id) {
 }
 
 absl::Status WorkerServer::Impl::Start() {
+  RDV_RETURN_IF_ERROR(cuda::CheckSettings());
   if (options_.protocol != kProtocolGrpc) {
     RDV_ASSIGN_OR_RETURN(DataPlaneOptions plane_options, DataPlaneOptions::FromEnvironment());
     RDV_ASSIGN_OR_RETURN(data_plane_, DataPlane::Create(options_.protocol, plane_options));

@@ -9,15 +9,14 @@
 
 #include <array>
 #include <condition_variable>
-#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/caching_allocator.h"
+#include "core/cuda_settings.h"
 #include "core/logging.h"
 
 namespace rdv::cuda {
@@ -217,17 +216,10 @@ absl::StatusOr<CopyStream*> StreamFor(int device, Direction direction) {
   return slot;
 }
 
-// Free memory each CUDA allocator keeps for reuse: RDV_CUDA_CACHE_BYTES.
+// Free memory each CUDA allocator keeps for reuse. A worker refused to
+// start on a value that does not parse.
 size_t CacheBytes() {
-  static const size_t bytes = [] {
-    size_t value = size_t{1} << 30;
-    const char* text = std::getenv("RDV_CUDA_CACHE_BYTES");
-    if (text != nullptr && *text != '\0' && !absl::SimpleAtoi(text, &value)) {
-      RDV_LOG(Warning) << "RDV_CUDA_CACHE_BYTES='" << text << "' is not a byte count; using "
-                       << value;
-    }
-    return value;
-  }();
+  static const size_t bytes = CacheBytesSetting().value_or(size_t{1} << 30);
   return bytes;
 }
 

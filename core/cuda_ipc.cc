@@ -3,7 +3,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <list>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "core/cuda.h"
+#include "core/cuda_settings.h"
 #include "core/logging.h"
 
 namespace rdv::cuda {
@@ -25,15 +25,6 @@ constexpr size_t kMappingsKept = 64;
 absl::Status CudaError(cudaError_t error, absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(error), " (",
                                           cudaGetErrorString(error), ")"));
-}
-
-bool IpcSwitchOn() {
-  const char* value = std::getenv("RDV_CUDA_IPC");
-  if (value == nullptr || *value == '\0' || std::strcmp(value, "1") == 0) return true;
-  if (std::strcmp(value, "0") != 0) {
-    RDV_LOG(Warning) << "RDV_CUDA_IPC='" << value << "': expected 0 or 1; CUDA IPC stays off";
-  }
-  return false;
 }
 
 // Open IPC mappings by (handle, buffer id), least recently used first.
@@ -99,7 +90,8 @@ class MappingCache {
 }  // namespace
 
 bool IpcEnabled() {
-  static const bool enabled = IpcSwitchOn() && DeviceCount() > 0;
+  // A worker refused to start on a value that does not parse.
+  static const bool enabled = IpcSetting().value_or(false) && DeviceCount() > 0;
   return enabled;
 }
 
