@@ -182,15 +182,15 @@ void RecvTensorCall::StartFetch() {
     join_->transport_started = true;
   }
   StartSideTransfer(data_plane_, decoder_, [this, join = join_](absl::Status status) {
-                       {
-                         std::lock_guard lock(join->mu);
-                         join->transport_done = true;
-                         join->transport_status = std::move(status);
-                         if (join->finished || !join->stream_done) return;
-                         join->finished = true;
-                       }
-                       Finish();
-                     });
+    {
+      std::lock_guard lock(join->mu);
+      join->transport_done = true;
+      join->transport_status = std::move(status);
+      if (join->finished || !join->stream_done) return;
+      join->finished = true;
+    }
+    Finish();
+  });
 }
 
 absl::Status RecvTensorStatus(const WorkerClient& worker, const grpc::Status& status,
