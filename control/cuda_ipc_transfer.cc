@@ -1,5 +1,7 @@
 #include "control/cuda_ipc_transfer.h"
 
+#include <unistd.h>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,13 +14,14 @@ void RequestCudaIpc(MemoryLocation destination, RecvTensorRequest* request) {
   if (destination.is_host() || !cuda::IpcEnabled() || cuda::HostId().empty()) return;
   request->set_consumer_host_id(cuda::HostId());
   request->set_consumer_accepts_cuda_ipc(true);
+  request->set_consumer_pid(getpid());
 }
 
 bool CudaIpcWanted(const RecvTensorRequest& request, const Tensor& value) {
   return request.consumer_accepts_cuda_ipc() && value.IsInitialized() &&
          value.location().kind == MemoryKind::kCudaDevice && value.TotalBytes() > 0 &&
          DTypeIsMemcpyable(value.dtype()) && cuda::IpcEnabled() &&
-         request.consumer_host_id() == cuda::HostId();
+         request.consumer_host_id() == cuda::HostId() && request.consumer_pid() != getpid();
 }
 
 absl::StatusOr<CudaIpcDescriptor> LendByCudaIpc(int64_t step_id, const Tensor& value,
