@@ -14,18 +14,12 @@
 #include "absl/strings/strip.h"
 #include "core/cuda.h"
 #include "core/cuda_settings.h"
-#include "core/logging.h"
 
 namespace rdv::cuda {
 namespace {
 
 // Open mappings kept for reuse beyond those in use.
 constexpr size_t kMappingsKept = 64;
-
-absl::Status CudaError(cudaError_t error, absl::string_view what) {
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(error), " (",
-                                          cudaGetErrorString(error), ")"));
-}
 
 // Open IPC mappings by (handle, buffer id), least recently used first.
 class MappingCache {
@@ -112,8 +106,9 @@ absl::StatusOr<IpcExport> ExportIpc(const void* device_pointer) {
           cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(allocation.base));
       error != cudaSuccess) {
     cudaGetLastError();
-    return absl::InvalidArgumentError(
-        CudaError(error, "CUDA IPC: cudaIpcGetMemHandle (memory from cudaMalloc only)").message());
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA IPC: cudaIpcGetMemHandle (memory from cudaMalloc only): ", cudaGetErrorName(error),
+        " (", cudaGetErrorString(error), ")"));
   }
   IpcExport exported;
   exported.handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
