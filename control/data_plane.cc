@@ -144,6 +144,9 @@ void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
   // the error state): the next transfer connects anew.
   auto on_done = [this, address, destination, done = std::move(done)](absl::Status status) mutable {
     if (!status.ok() && !absl::IsCancelled(status)) ForgetEndpoint(address);
+    // Let go first: the Recv may end, and its next one allocate, before
+    // the transport drops this callback.
+    destination = Tensor();
     std::move(done)(std::move(status));
   };
   if (descriptor.op() == RDV_TRANSPORT_OP_TAG) {
