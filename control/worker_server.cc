@@ -398,14 +398,22 @@ class WorkerServer::Impl::RecvTensorReactor final
       OfferThroughDataPlane(value);
       return;
     }
-    // The consumer reads the staged copy in one go: stage it whole.
-    CopyTensorAsync(value, MemoryLocation::PinnedHost(), [this](absl::StatusOr<Tensor> staged) {
+    // The consumer reads the staged copy in one go: stage it whole, into
+    // the data plane's pool when that is pinned (already registered: no
+    // registration per transfer).
+    auto on_staged = [this](absl::StatusOr<Tensor> staged) {
       if (staged.ok()) {
         SendHostTensor(*staged, false);
       } else {
         Finish(ToGrpcStatus(staged.status()));
       }
-    });
+    };
+    const std::shared_ptr<plugin::TransportAllocator>& pool = impl_->data_plane_->allocator();
+    if (pool->Location().kind == MemoryKind::kPinnedHost) {
+      CopyTensorAsync(value, pool, std::move(on_staged));
+    } else {
+      CopyTensorAsync(value, MemoryLocation::PinnedHost(), std::move(on_staged));
+    }
   }
 
   // Streams a GPU tensor through pinned memory in chunks: chunk k is

@@ -236,6 +236,18 @@ absl::StatusOr<std::shared_ptr<Allocator>> PinnedHostAllocator() {
   return allocator;
 }
 
+absl::Status PinHostMemory(void* address, size_t bytes) {
+  if (DeviceCount() == 0) return absl::FailedPreconditionError(UnavailableReason());
+  if (const cudaError_t error = cudaHostRegister(address, bytes, cudaHostRegisterPortable);
+      error != cudaSuccess) {
+    cudaGetLastError();
+    return CudaError(error, absl::StrCat("cudaHostRegister of ", bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+void UnpinHostMemory(void* address) { cudaHostUnregister(address); }
+
 absl::StatusOr<std::shared_ptr<Allocator>> DeviceAllocator(int device) {
   RDV_RETURN_IF_ERROR(CheckDevice(device));
   static std::mutex mu;

@@ -28,6 +28,11 @@ std::string UnavailableReason();
 // Page-locked host memory, usable by every device's DMA engines.
 absl::StatusOr<std::shared_ptr<Allocator>> PinnedHostAllocator();
 
+// Page-locks host memory allocated elsewhere (a transport's pool), so that
+// DMA engines read and write it directly. UnpinHostMemory before it goes.
+absl::Status PinHostMemory(void* address, size_t bytes);
+void UnpinHostMemory(void* address);
+
 // Memory of device `device` (0 <= device < DeviceCount()).
 absl::StatusOr<std::shared_ptr<Allocator>> DeviceAllocator(int device);
 

@@ -18,6 +18,8 @@ int DeviceCount() { return 0; }
 std::string UnavailableReason() { return std::string(NotBuilt().message()); }
 absl::StatusOr<std::shared_ptr<Allocator>> PinnedHostAllocator() { return NotBuilt(); }
 absl::StatusOr<std::shared_ptr<Allocator>> DeviceAllocator(int) { return NotBuilt(); }
+absl::Status PinHostMemory(void*, size_t) { return NotBuilt(); }
+void UnpinHostMemory(void*) {}
 
 absl::StatusOr<DeviceAllocation> AllocationOf(const void*) { return NotBuilt(); }
 

@@ -17,6 +17,14 @@ absl::StatusOr<std::shared_ptr<Allocator>> AllocatorFor(MemoryLocation location)
   return cuda::PinnedHostAllocator();
 }
 
+absl::Status CheckDmaSafe(const Tensor& src, MemoryLocation dst) {
+  if (DTypeIsMemcpyable(src.dtype())) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("Non-DMA-safe ", DTypeName(src.dtype()),
+                                                 " tensor may not be copied from ",
+                                                 src.location().ToString(), " to ",
+                                                 dst.ToString()));
+}
+
 // A pageable host tensor goes to the device through pinned staging memory,
 // chunk by chunk: the memcpy of a chunk overlaps the DMA of the one before.
 void UploadPageable(const Tensor& src, MemoryLocation dst, CopyTensorDone done) {
@@ -42,10 +50,8 @@ void UploadPageable(const Tensor& src, MemoryLocation dst, CopyTensorDone done) 
 }  // namespace
 
 void CopyTensorAsync(const Tensor& src, MemoryLocation dst, CopyTensorDone done) {
-  if (!DTypeIsMemcpyable(src.dtype())) {
-    std::move(done)(absl::InvalidArgumentError(absl::StrCat(
-        "Non-DMA-safe ", DTypeName(src.dtype()), " tensor may not be copied from ",
-        src.location().ToString(), " to ", dst.ToString())));
+  if (const absl::Status safe = CheckDmaSafe(src, dst); !safe.ok()) {
+    std::move(done)(safe);
     return;
   }
   if (src.location().kind == MemoryKind::kHost && !dst.is_host() && src.TotalBytes() > 0) {
@@ -53,15 +59,21 @@ void CopyTensorAsync(const Tensor& src, MemoryLocation dst, CopyTensorDone done)
     return;
   }
   absl::StatusOr<std::shared_ptr<Allocator>> allocator = AllocatorFor(dst);
-  absl::StatusOr<Tensor> out = allocator.ok()
-                                   ? Tensor::Allocate(*std::move(allocator), src.dtype(), src.shape())
-                                   : allocator.status();
-  if (!out.ok()) {
-    std::move(done)(out.status());
+  if (!allocator.ok()) {
+    std::move(done)(allocator.status());
     return;
   }
-  if (src.TotalBytes() == 0) {
-    std::move(done)(*std::move(out));
+  CopyTensorAsync(src, *std::move(allocator), std::move(done));
+}
+
+void CopyTensorAsync(const Tensor& src, std::shared_ptr<Allocator> dst, CopyTensorDone done) {
+  if (const absl::Status safe = CheckDmaSafe(src, dst->Location()); !safe.ok()) {
+    std::move(done)(safe);
+    return;
+  }
+  absl::StatusOr<Tensor> out = Tensor::Allocate(std::move(dst), src.dtype(), src.shape());
+  if (!out.ok() || src.TotalBytes() == 0) {
+    std::move(done)(std::move(out));
     return;
   }
   const Tensor from = src;

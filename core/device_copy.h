@@ -18,6 +18,10 @@ using CopyTensorDone = absl::AnyInvocable<void(absl::StatusOr<Tensor>) &&>;
 // CUDA or a GPU.
 void CopyTensorAsync(const Tensor& src, MemoryLocation dst, CopyTensorDone done);
 
+// The same into memory from `dst` (device or pinned host memory: a data
+// plane's pool, say); `src` is device or pinned host memory.
+void CopyTensorAsync(const Tensor& src, std::shared_ptr<Allocator> dst, CopyTensorDone done);
+
 // CopyTensorAsync that blocks until the copy is done.
 absl::StatusOr<Tensor> CopyTensor(const Tensor& src, MemoryLocation dst);
 

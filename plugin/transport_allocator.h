@@ -1,7 +1,8 @@
 // Host memory for tensors that a transport moves at full speed: each
 // allocation is memory the transport allocated itself (UCX maps such memory
 // into a peer directly), recycled through free lists by size so that a
-// warm hot path neither allocates nor registers. Also an Allocator for
+// warm hot path neither allocates nor registers. With a GPU present its
+// memory is page-locked for CUDA too. Also an Allocator for
 // Tensor::Allocate. Thread-safe.
 #pragma once
 
@@ -33,7 +34,10 @@ class TransportAllocator final : public Allocator,
   ~TransportAllocator() override;
 
   absl::string_view Name() const override { return name_; }
-  MemoryLocation Location() const override { return MemoryLocation::Host(); }
+  // Pinned host memory on a machine with a GPU: its blocks are also
+  // page-locked for CUDA, so GPU tensors stage through them with no copy of
+  // their own.
+  MemoryLocation Location() const override;
   absl::StatusOr<void*> Allocate(size_t bytes) override;
   void Deallocate(void* ptr, size_t bytes) override;
 
@@ -45,9 +49,12 @@ class TransportAllocator final : public Allocator,
 
  private:
   void TrimCache();  // mu_ held
+  void Pin(const TransportMemory& memory) const;
+  void Unpin(const TransportMemory& memory) const;
 
   const std::shared_ptr<const Transport> transport_;
   const size_t cache_bytes_;
+  const bool pin_for_cuda_;
   const std::string name_;
   mutable std::mutex mu_;
   std::map<uintptr_t, std::unique_ptr<TransportMemory>> live_;           // by address; mu_
