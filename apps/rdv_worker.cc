@@ -5,6 +5,7 @@
 // fixtures wait for:
 //   rdv-worker ready /job:worker/replica:0/task:0 127.0.0.1:40123 incarnation 1f2e...
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -79,6 +80,9 @@ absl::Status Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("rdv-worker --cluster worker=h:p,h:p --task N [--enable_driver]");
   absl::ParseCommandLine(argc, argv);
+  // Standard output carries the ready line its parent waits for; UCX, loaded
+  // later with the transport plugin, would print its warnings there.
+  setenv("UCX_LOG_FILE", "stderr", /*overwrite=*/0);
   // Debian's Abseil checks every absl::Mutex acquisition for deadlock cycles
   // under a global lock, gRPC's included; a program may turn that off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -217,6 +217,39 @@ uint32_t PreferredOp() {
   return RDV_TRANSPORT_OP_TAG;
 }
 
+// Whether UCX_TLS lets UCX open tcp interfaces.
+bool MayUseTcp() {
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls == nullptr || *tls == '\0') return true;
+  const bool excluding = tls[0] == '^';
+  bool named = false;
+  for (const char* token = tls + (excluding ? 1 : 0); *token != '\0';) {
+    const size_t length = std::strcspn(token, ",");
+    const std::string name(token, length);
+    named = named || name == "tcp" || (!excluding && name == "all");
+    token += length + (token[length] == ',' ? 1 : 0);
+  }
+  return excluding != named;
+}
+
+// UCX defaults rdv changes for its traffic, each only where the user has not
+// set the variable. Over tcp a rendezvous whose receiver has no endpoint of
+// its own (rdv's consumers) arrives as active messages of up to
+// UCX_TCP_RX_SEG_SIZE, each read then copied: 64 KiB segments cap a 64 MiB
+// transfer near 2 GB/s on loopback, 1 MiB ones reach ucx_perftest's tag_bw
+// (docs/configuration.md). UCX can only take that setting unprefixed, and
+// warns when no tcp interface uses it.
+// Returns what it changed, for the transport's description.
+std::string ApplyTunedDefaults(Context* context, ucp_config_t* config) {
+  if (std::getenv("UCX_TCP_RX_SEG_SIZE") != nullptr || !MayUseTcp()) return "";
+  const ucs_status_t status = ucp_config_modify(config, "RX_SEG_SIZE", "1M");
+  if (status != UCS_OK) {
+    context->Log(1, std::string("UCX_TCP_RX_SEG_SIZE=1M not applied: ") + ucs_status_string(status));
+    return "";
+  }
+  return ", UCX_TCP_RX_SEG_SIZE=1M (rdv's default)";
+}
+
 int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out,
          rdv_transport_error_t* error) {
   auto* context = new Context;
@@ -243,6 +276,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
     delete context;
     return UcxError(error, status, "ucp_config_read (check the UCX_* variables)");
   }
+  const std::string tuned = ApplyTunedDefaults(context, config);
   ucp_params_t ucp_params{};
   ucp_params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   ucp_params.features = UCP_FEATURE_RMA | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -273,7 +307,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
                          (tls ? tls : "(default)") + ", " +
                          (context->preferred_op == RDV_TRANSPORT_OP_TAG ? "tagged" : "get") +
                          ", progress " + (context->busy_poll ? "poll" : "wait") +
-                         (context->cuda_memory ? ", CUDA memory" : ", host memory only");
+                         (context->cuda_memory ? ", CUDA memory" : ", host memory only") + tuned;
   context->Log(2, "UCX transport: " + context->description);
   context->progress = std::thread(ProgressLoop, context);
   *out = reinterpret_cast<rdv_transport_context_t>(context);
