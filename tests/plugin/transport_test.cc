@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -223,6 +225,41 @@ TEST_P(VerbsTransportTest, RemoteAccessErrorFailsTheTransferAndANewEndpointRecov
 }
 
 INSTANTIATE_TEST_SUITE_P(Verbs, VerbsTransportTest, ::testing::Values("verbs"));
+
+// Sets (or, given nullptr, unsets) one environment variable for a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old;
+    value ? setenv(name, value, 1) : unsetenv(name);
+  }
+  ~ScopedEnv() { saved_ ? setenv(name_, saved_->c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
+
+// rdv's UCX_TCP_RX_SEG_SIZE default applies only where UCX may open tcp
+// and the user has not chosen; UCX warns of a setting no interface takes.
+TEST(UcxTransportTest, TunesTcpSegmentsOnlyWhereTcpIsAllowedAndUnset) {
+  const struct {
+    const char* tls;
+    const char* segment;
+    bool tuned;
+  } cases[] = {{"tcp", nullptr, true},          {"^posix", nullptr, true},
+               {"all", nullptr, true},          {"posix,cma,self", nullptr, false},
+               {"^tcp", nullptr, false},        {"tcp", "64K", false}};
+  for (const auto& c : cases) {
+    ScopedEnv tls("UCX_TLS", c.tls);
+    ScopedEnv segment("UCX_TCP_RX_SEG_SIZE", c.segment);
+    auto transport = Transport::Load("ucx");
+    ASSERT_TRUE(transport.ok()) << transport.status();
+    const bool tuned =
+        (*transport)->description().find("UCX_TCP_RX_SEG_SIZE=1M") != std::string::npos;
+    EXPECT_EQ(tuned, c.tuned) << "UCX_TLS=" << c.tls << ": " << (*transport)->description();
+  }
+}
 
 TEST(TransportAllocatorTest, RecurringSizesReuseMemory) {
   auto transport = Transport::Load("ucx");
