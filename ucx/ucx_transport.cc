@@ -4,9 +4,11 @@
 // (RDV_UCX_PROGRESS=poll keeps it spinning). Honours every UCX_* variable
 // (UCX_TLS, UCX_NET_DEVICES, ...), read by ucp_config_read.
 #include <poll.h>
+#include <sys/mman.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -139,6 +141,8 @@ struct Endpoint {
 struct Memory {
   Context* context = nullptr;
   ucp_mem_h memh = nullptr;
+  void* mapped = nullptr;  // what MemAlloc mapped, unmapped after the registration
+  size_t mapped_length = 0;
 };
 
 // One posted operation, freed when its callback has run.
@@ -474,27 +478,33 @@ int MapMemory(Context* context, ucp_mem_map_params_t* params, rdv_transport_memo
   return RDV_TRANSPORT_OK;
 }
 
+// Plain anonymous memory, registered, rather than UCX's own allocation
+// (UCP_MEM_MAP_ALLOCATE), which comes from a shared-memory segment: a
+// consumer on the same host maps such a segment and reads it in place, so
+// each GiB it receives also added a GiB of the producer's pages to its peak
+// RSS. Anonymous memory is read by cma (process_vm_readv) instead, at no
+// RSS cost, and faster on loopback here (64 MiB in 9.4 ms against 10.4).
 int MemAlloc(rdv_transport_context_t handle, size_t length, rdv_transport_memory_t* out,
              void** address, rdv_transport_error_t* error) {
-  ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-  params.address = nullptr;
-  params.length = length;
-  params.flags = UCP_MEM_MAP_ALLOCATE;
-  rdv_transport_memory_t memory = nullptr;
-  const int code = MapMemory(ContextOf(handle), &params, &memory, error, "allocation");
-  if (code != RDV_TRANSPORT_OK) return code;
-  ucp_mem_attr_t attr{};
-  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
-  const ucs_status_t status = ucp_mem_query(reinterpret_cast<Memory*>(memory)->memh, &attr);
-  if (status != UCS_OK) {
-    ucp_mem_unmap(ContextOf(handle)->ucp, reinterpret_cast<Memory*>(memory)->memh);
-    delete reinterpret_cast<Memory*>(memory);
-    return UcxError(error, status, "ucp_mem_query");
+  void* mapped = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) {
+    return SetError(error, RDV_TRANSPORT_RESOURCE_EXHAUSTED, "mmap of %zu bytes: %s", length,
+                    std::strerror(errno));
   }
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = mapped;
+  params.length = length;
+  rdv_transport_memory_t memory = nullptr;
+  const int code = MapMemory(ContextOf(handle), &params, &memory, error, "registration");
+  if (code != RDV_TRANSPORT_OK) {
+    munmap(mapped, length);
+    return code;
+  }
+  reinterpret_cast<Memory*>(memory)->mapped = mapped;
+  reinterpret_cast<Memory*>(memory)->mapped_length = length;
   *out = memory;
-  *address = attr.address;
+  *address = mapped;
   return RDV_TRANSPORT_OK;
 }
 
@@ -522,6 +532,7 @@ int MemRegister(rdv_transport_context_t handle, void* address, size_t length,
 void MemRelease(rdv_transport_memory_t handle) {
   auto* memory = reinterpret_cast<Memory*>(handle);
   ucp_mem_unmap(memory->context->ucp, memory->memh);
+  if (memory->mapped != nullptr) munmap(memory->mapped, memory->mapped_length);
   delete memory;
 }
 
