@@ -7,17 +7,19 @@
 #include <sys/mman.h>
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "plugin/plugin_support.h"
 #include "plugin/rdv_transport.h"
@@ -221,37 +223,74 @@ uint32_t PreferredOp() {
   return RDV_TRANSPORT_OP_TAG;
 }
 
-// Whether UCX_TLS lets UCX open tcp interfaces.
-bool MayUseTcp() {
+// Whether UCX_TLS lets UCX open one of `members`, transports it may also
+// name by one of `aliases`.
+bool TlsMayUse(const std::vector<std::string>& members, const std::vector<std::string>& aliases) {
   const char* tls = std::getenv("UCX_TLS");
   if (tls == nullptr || *tls == '\0') return true;
   const bool excluding = tls[0] == '^';
-  bool named = false;
+  std::vector<std::string> names;
   for (const char* token = tls + (excluding ? 1 : 0); *token != '\0';) {
     const size_t length = std::strcspn(token, ",");
-    const std::string name(token, length);
-    named = named || name == "tcp" || (!excluding && name == "all");
+    names.emplace_back(token, length);
     token += length + (token[length] == ',' ? 1 : 0);
   }
-  return excluding != named;
+  auto named = [&](const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  const bool alias_named = std::any_of(aliases.begin(), aliases.end(), named);
+  if (excluding) return !alias_named && !std::all_of(members.begin(), members.end(), named);
+  return alias_named || named("all") || std::any_of(members.begin(), members.end(), named);
 }
 
-// UCX defaults rdv changes for its traffic, each only where the user has not
-// set the variable. Over tcp a rendezvous whose receiver has no endpoint of
-// its own (rdv's consumers) arrives as active messages of up to
-// UCX_TCP_RX_SEG_SIZE, each read then copied: 64 KiB segments cap a 64 MiB
-// transfer near 2 GB/s on loopback, 1 MiB ones reach ucx_perftest's tag_bw
-// (docs/configuration.md). UCX can only take that setting unprefixed, and
-// warns when no tcp interface uses it.
+// A UCX default rdv changes for its traffic, only where the user has set
+// none of `user_variables` and UCX will open a transport that reads it
+// (UCX warns of a setting no interface takes). UCX takes it by `key`, the
+// name within the transport's table; a prefixed name is not accepted.
+struct TunedDefault {
+  const char* shown;  // in the transport's description
+  std::vector<const char*> user_variables;
+  const char* key;
+  const char* value;
+  std::vector<std::string> members;
+  std::vector<std::string> aliases;
+};
+
+// Over tcp a rendezvous to a consumer (which has no endpoint of its own to
+// the producer) arrives as active messages of up to the receive segment,
+// each read and then copied: 64 KiB segments hold a 64 MiB transfer near
+// 2 GB/s on loopback, 1 MiB ones match ucx_perftest's tag_bw.
+// Over shared memory a get of memory UCX did not allocate travels as
+// active messages of one segment each, copied in by the producer and out
+// by the consumer: 8 KiB segments reach about 7 GB/s at 64 MiB, 56 KiB
+// ones about 9.5 (the FIFO's length field is 16 bits: 64 KiB hangs).
+// docs/configuration.md has both.
+const TunedDefault kTunedDefaults[] = {
+    {"UCX_TCP_RX_SEG_SIZE", {"UCX_TCP_RX_SEG_SIZE"}, "RX_SEG_SIZE", "1M", {"tcp"}, {}},
+    {"UCX_{POSIX,SYSV}_SEG_SIZE",
+     {"UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE", "UCX_MM_SEG_SIZE"},
+     "MM_SEG_SIZE",
+     "56K",
+     {"posix", "sysv"},
+     {"sm", "shm", "mm"}},
+};
+
 // Returns what it changed, for the transport's description.
 std::string ApplyTunedDefaults(Context* context, ucp_config_t* config) {
-  if (std::getenv("UCX_TCP_RX_SEG_SIZE") != nullptr || !MayUseTcp()) return "";
-  const ucs_status_t status = ucp_config_modify(config, "RX_SEG_SIZE", "1M");
-  if (status != UCS_OK) {
-    context->Log(1, std::string("UCX_TCP_RX_SEG_SIZE=1M not applied: ") + ucs_status_string(status));
-    return "";
+  std::string applied;
+  for (const TunedDefault& tuned : kTunedDefaults) {
+    const bool user_set = std::any_of(tuned.user_variables.begin(), tuned.user_variables.end(),
+                                      [](const char* name) { return std::getenv(name); });
+    if (user_set || !TlsMayUse(tuned.members, tuned.aliases)) continue;
+    const std::string setting = std::string(tuned.shown) + "=" + tuned.value;
+    const ucs_status_t status = ucp_config_modify(config, tuned.key, tuned.value);
+    if (status != UCS_OK) {
+      context->Log(1, setting + " not applied: " + ucs_status_string(status));
+      continue;
+    }
+    applied += ", " + setting;
   }
-  return ", UCX_TCP_RX_SEG_SIZE=1M (rdv's default)";
+  return applied.empty() ? "" : applied + " (rdv's defaults)";
 }
 
 int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out,

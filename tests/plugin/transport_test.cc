@@ -240,24 +240,39 @@ class ScopedEnv {
   std::optional<std::string> saved_;
 };
 
-// rdv's UCX_TCP_RX_SEG_SIZE default applies only where UCX may open tcp
-// and the user has not chosen; UCX warns of a setting no interface takes.
-TEST(UcxTransportTest, TunesTcpSegmentsOnlyWhereTcpIsAllowedAndUnset) {
+// rdv's UCX segment defaults apply only where UCX may open a transport that
+// reads them and the user has not chosen: UCX warns of a setting no
+// interface takes.
+TEST(UcxTransportTest, TunesSegmentsOnlyWhereTheirTransportIsAllowedAndUnset) {
   const struct {
     const char* tls;
-    const char* segment;
-    bool tuned;
-  } cases[] = {{"tcp", nullptr, true},          {"^posix", nullptr, true},
-               {"all", nullptr, true},          {"posix,cma,self", nullptr, false},
-               {"^tcp", nullptr, false},        {"tcp", "64K", false}};
+    const char* user_variable;  // set to a value of the user's, or null
+    bool tcp_tuned;
+    bool mm_tuned;
+  } cases[] = {
+      {"tcp", nullptr, true, false},
+      {"posix,cma,self", nullptr, false, true},
+      {"sm,self", nullptr, false, true},
+      {"all", nullptr, true, true},
+      {"^tcp", nullptr, false, true},
+      {"^sm", nullptr, true, false},
+      {"^posix", nullptr, true, true},
+      {"tcp", "UCX_TCP_RX_SEG_SIZE", false, false},
+      {"posix,cma,self", "UCX_SYSV_SEG_SIZE", false, false},
+  };
   for (const auto& c : cases) {
     ScopedEnv tls("UCX_TLS", c.tls);
-    ScopedEnv segment("UCX_TCP_RX_SEG_SIZE", c.segment);
+    ScopedEnv tcp("UCX_TCP_RX_SEG_SIZE", nullptr);
+    ScopedEnv sysv("UCX_SYSV_SEG_SIZE", nullptr);
+    std::optional<ScopedEnv> user;
+    if (c.user_variable != nullptr) user.emplace(c.user_variable, "16K");
     auto transport = Transport::Load("ucx");
     ASSERT_TRUE(transport.ok()) << transport.status();
-    const bool tuned =
-        (*transport)->description().find("UCX_TCP_RX_SEG_SIZE=1M") != std::string::npos;
-    EXPECT_EQ(tuned, c.tuned) << "UCX_TLS=" << c.tls << ": " << (*transport)->description();
+    const std::string description = (*transport)->description();
+    EXPECT_EQ(description.find("UCX_TCP_RX_SEG_SIZE=1M") != std::string::npos, c.tcp_tuned)
+        << "UCX_TLS=" << c.tls << ": " << description;
+    EXPECT_EQ(description.find("UCX_{POSIX,SYSV}_SEG_SIZE=56K") != std::string::npos, c.mm_tuned)
+        << "UCX_TLS=" << c.tls << ": " << description;
   }
 }
 
