@@ -1,5 +1,6 @@
 // rdv-worker: one worker process of a cluster. Serves the worker service
-// until SIGINT or SIGTERM, then cleans up every step and exits.
+// until SIGINT or SIGTERM (or, with --parent_pid, until that parent is
+// gone), then cleans up every step and exits.
 //
 // When it is ready it prints one line on stdout, which scripts and test
 // fixtures wait for:
@@ -9,12 +10,16 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
+
+#include <unistd.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "control/worker_server.h"
 
 ABSL_FLAG(std::string, job, "worker", "job name of this worker");
@@ -29,8 +34,21 @@ ABSL_FLAG(std::string, protocol, "grpc",
           "grpc, or grpc+<transport> (grpc+ucx) to move payloads through a transport plugin");
 ABSL_FLAG(bool, enable_driver, false,
           "serve DriverService, so that tests and benchmarks can make this worker Send");
+ABSL_FLAG(int, parent_pid, 0,
+          "shut down once this process is no longer the parent (whoever spawns the worker "
+          "sets it, so that a parent killed without cleaning up leaves no worker behind)");
 
 namespace {
+
+// Checks once a second: a parent that dies makes init (or a subreaper)
+// the parent. SIGTERM then takes the ordinary way out, through sigwait.
+void ShutDownWhenOrphaned(pid_t parent) {
+  std::thread([parent] {
+    while (getppid() == parent) absl::SleepFor(absl::Seconds(1));
+    std::cerr << "rdv-worker: parent process " << parent << " is gone; shutting down\n";
+    kill(getpid(), SIGTERM);
+  }).detach();
+}
 
 absl::StatusOr<rdv::control::ClusterSpec> ReadCluster() {
   const std::string flag = absl::GetFlag(FLAGS_cluster);
@@ -69,6 +87,7 @@ absl::Status Run() {
   std::cout << "rdv-worker ready " << server->worker_name() << " " << server->address()
             << " incarnation " << rdv::FormatIncarnation(server->incarnation())
             << std::endl;
+  if (const int parent = absl::GetFlag(FLAGS_parent_pid); parent > 0) ShutDownWhenOrphaned(parent);
   int signal = 0;
   sigwait(&signals, &signal);
   server->Shutdown();

@@ -101,6 +101,8 @@ class ChildWorkerProcess final : public WorkerProcess {
     const std::string binary = WorkerBinary();
     std::vector<std::string> argv_strings = {binary};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    // A parent killed before it stops the worker leaves none behind.
+    argv_strings.push_back(absl::StrCat("--parent_pid=", getpid()));
     std::vector<std::string> env_strings = ChildEnvironment(env);
     std::vector<char*> argv = NullTerminated(argv_strings);
     std::vector<char*> envp = NullTerminated(env_strings);
