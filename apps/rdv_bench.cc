@@ -19,6 +19,7 @@
 #include <cstring>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -526,6 +527,9 @@ int main(int argc, char** argv) {
       "  rdv-bench --client HOST:PORT [--protocol ...] [--json F] [--csv F] [--plot F.png]\n"
       "  rdv-bench compare [--help]   every protocol beside ucx_perftest and raw gRPC");
   absl::ParseCommandLine(argc, argv);
+  // Standard output carries the table; UCX, loaded later with the transport
+  // plugin, would print its warnings there.
+  setenv("UCX_LOG_FILE", "stderr", /*overwrite=*/0);
   const absl::Status status = rdv::control::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "rdv-bench: %s\n", std::string(status.message()).c_str());

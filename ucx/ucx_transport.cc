@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <ucp/api/ucp.h>
+#include <ucs/sys/string.h>
 
 #include <algorithm>
 #include <atomic>
@@ -293,6 +294,24 @@ std::string ApplyTunedDefaults(Context* context, ucp_config_t* config) {
   return applied.empty() ? "" : applied + " (rdv's defaults)";
 }
 
+// UCX 1.13's shared-memory FIFO stores a message's length in 16 bits: with
+// a segment of 64 KiB or more, transfers hang instead of failing. Refused
+// here with the reason; 0 when every setting is safe.
+int CheckSharedMemorySegments(rdv_transport_error_t* error) {
+  if (!TlsMayUse({"posix", "sysv"}, {"sm", "shm", "mm"})) return RDV_TRANSPORT_OK;
+  for (const char* name : {"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"}) {
+    const char* text = std::getenv(name);
+    size_t bytes = 0;
+    if (text == nullptr || ucs_str_to_memunits(text, &bytes) != UCS_OK || bytes < 65536) continue;
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                    "%s=%s: UCX's shared-memory transports hang with segments of 64 KiB or more "
+                    "(their FIFO keeps lengths in 16 bits); use at most 60000 (rdv's default: "
+                    "56K)",
+                    name, text);
+  }
+  return RDV_TRANSPORT_OK;
+}
+
 int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out,
          rdv_transport_error_t* error) {
   auto* context = new Context;
@@ -309,6 +328,10 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
     delete context;
     return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
                     "RDV_UCX_PROGRESS='%s': use 'wait' (default) or 'poll'", progress);
+  }
+  if (const int code = CheckSharedMemorySegments(error); code != RDV_TRANSPORT_OK) {
+    delete context;
+    return code;
   }
   context->busy_poll = progress != nullptr && std::strcmp(progress, "poll") == 0;
   context->preferred_op = PreferredOp();

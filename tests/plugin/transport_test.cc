@@ -276,6 +276,20 @@ TEST(UcxTransportTest, TunesSegmentsOnlyWhereTheirTransportIsAllowedAndUnset) {
   }
 }
 
+// UCX would hang at the first transfer of a 64 KiB segment or more.
+TEST(UcxTransportTest, RefusesSharedMemorySegmentsThatHangUcx) {
+  for (const char* name : {"UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE", "UCX_MM_SEG_SIZE"}) {
+    ScopedEnv segment(name, "64K");
+    auto transport = Transport::Load("ucx");
+    ASSERT_EQ(transport.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    const std::string message(transport.status().message());
+    EXPECT_NE(message.find(std::string(name) + "=64K"), std::string::npos) << message;
+    EXPECT_NE(message.find("at most 60000"), std::string::npos) << message;
+  }
+  ScopedEnv accepted("UCX_POSIX_SEG_SIZE", "60000");
+  EXPECT_TRUE(Transport::Load("ucx").ok());
+}
+
 TEST(TransportAllocatorTest, RecurringSizesReuseMemory) {
   auto transport = Transport::Load("ucx");
   ASSERT_TRUE(transport.ok());
