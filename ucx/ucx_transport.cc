@@ -207,47 +207,65 @@ void ProgressLoop(Context* context) {
   }
 }
 
+// UCX_TLS as UCX reads it: a list of transport names, or of names to
+// leave out when it starts with '^'. No names: unset, every transport.
+struct TlsSetting {
+  bool excluding = false;
+  std::vector<std::string> names;
+
+  bool Names(const std::string& name) const {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  }
+};
+
+TlsSetting ReadTls() {
+  TlsSetting setting;
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls == nullptr) return setting;
+  setting.excluding = tls[0] == '^';
+  for (const char* token = tls + (setting.excluding ? 1 : 0); *token != '\0';) {
+    const size_t length = std::strcspn(token, ",");
+    setting.names.emplace_back(token, length);
+    token += length + (token[length] == ',' ? 1 : 0);
+  }
+  return setting;
+}
+
+// Whether UCX_TLS lets UCX open one of `members`, transports it may also
+// name by one of `aliases`.
+bool TlsMayUse(const std::vector<std::string>& members, const std::vector<std::string>& aliases) {
+  const TlsSetting tls = ReadTls();
+  if (tls.names.empty()) return true;
+  auto named = [&](const std::string& name) { return tls.Names(name); };
+  const bool alias_named = std::any_of(aliases.begin(), aliases.end(), named);
+  if (tls.excluding) return !alias_named && !std::all_of(members.begin(), members.end(), named);
+  return alias_named || tls.Names("all") || std::any_of(members.begin(), members.end(), named);
+}
+
 // Shared memory and RDMA transports do one-sided operations in hardware or
 // by mapping; over tcp UCX emulates them and tagged messages are faster
-// (docs: reference figures, 0.5 vs 5.8 GB/s at 1 MiB).
-uint32_t PreferredOp() {
-  if (const char* forced = std::getenv("RDV_UCX_OP")) {
-    if (std::strcmp(forced, "tag") == 0) return RDV_TRANSPORT_OP_TAG;
-    if (std::strcmp(forced, "get") == 0) return RDV_TRANSPORT_OP_GET;
+// (docs: reference figures, 0.5 vs 5.8 GB/s at 1 MiB). So: tagged when
+// UCX_TLS names tcp and nothing else between processes (self aside).
+// RDV_UCX_OP overrides; false for a value it does not know.
+bool ReadPreferredOp(uint32_t* op) {
+  const char* forced = std::getenv("RDV_UCX_OP");
+  if (forced != nullptr && std::strcmp(forced, "auto") != 0) {
+    if (std::strcmp(forced, "tag") != 0 && std::strcmp(forced, "get") != 0) return false;
+    *op = std::strcmp(forced, "tag") == 0 ? RDV_TRANSPORT_OP_TAG : RDV_TRANSPORT_OP_GET;
+    return true;
   }
-  const char* tls = std::getenv("UCX_TLS");
-  if (tls == nullptr || *tls == '\0') return RDV_TRANSPORT_OP_GET;
-  for (const char* fast : {"sm", "shm", "posix", "sysv", "cma", "xpmem", "knem", "all", "rc",
-                           "dc", "ud", "ib", "verbs", "cuda", "rocm"}) {
-    if (std::strstr(tls, fast) != nullptr) return RDV_TRANSPORT_OP_GET;
-  }
-  return RDV_TRANSPORT_OP_TAG;
+  const TlsSetting tls = ReadTls();
+  auto tcp_or_self = [](const std::string& name) { return name == "tcp" || name == "self"; };
+  const bool only_tcp = !tls.excluding && tls.Names("tcp") &&
+                        std::all_of(tls.names.begin(), tls.names.end(), tcp_or_self);
+  *op = only_tcp ? RDV_TRANSPORT_OP_TAG : RDV_TRANSPORT_OP_GET;
+  return true;
 }
 
 // UCX's shared-memory transports with active-message segments, and the
 // UCX_TLS names that take them in.
 const std::vector<std::string> kMmTransports = {"posix", "sysv"};
 const std::vector<std::string> kMmAliases = {"sm", "shm", "mm"};
-
-// Whether UCX_TLS lets UCX open one of `members`, transports it may also
-// name by one of `aliases`.
-bool TlsMayUse(const std::vector<std::string>& members, const std::vector<std::string>& aliases) {
-  const char* tls = std::getenv("UCX_TLS");
-  if (tls == nullptr || *tls == '\0') return true;
-  const bool excluding = tls[0] == '^';
-  std::vector<std::string> names;
-  for (const char* token = tls + (excluding ? 1 : 0); *token != '\0';) {
-    const size_t length = std::strcspn(token, ",");
-    names.emplace_back(token, length);
-    token += length + (token[length] == ',' ? 1 : 0);
-  }
-  auto named = [&](const std::string& name) {
-    return std::find(names.begin(), names.end(), name) != names.end();
-  };
-  const bool alias_named = std::any_of(aliases.begin(), aliases.end(), named);
-  if (excluding) return !alias_named && !std::all_of(members.begin(), members.end(), named);
-  return alias_named || named("all") || std::any_of(members.begin(), members.end(), named);
-}
 
 // A UCX default rdv changes for its traffic, only where the user has set
 // none of `user_variables` and UCX will open a transport that reads it
@@ -339,7 +357,12 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
     return code;
   }
   context->busy_poll = progress != nullptr && std::strcmp(progress, "poll") == 0;
-  context->preferred_op = PreferredOp();
+  if (!ReadPreferredOp(&context->preferred_op)) {
+    delete context;
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                    "RDV_UCX_OP='%s': use 'auto' (default), 'get' or 'tag'",
+                    std::getenv("RDV_UCX_OP"));
+  }
 
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);

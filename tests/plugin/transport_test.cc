@@ -276,6 +276,32 @@ TEST(UcxTransportTest, TunesSegmentsOnlyWhereTheirTransportIsAllowedAndUnset) {
   }
 }
 
+// Tagged messages only where UCX_TLS leaves tcp alone between processes;
+// one-sided gets wherever shared memory or RDMA may be used.
+TEST(UcxTransportTest, PicksTaggedOnlyWhenTcpIsAllThereIs) {
+  const struct {
+    const char* tls;
+    bool tagged;
+  } cases[] = {{"tcp", true},  {"tcp,self", true},     {"^tcp", false},
+               {"sm,tcp", false}, {"rc_verbs,tcp", false}, {"posix,cma,self", false}};
+  ScopedEnv op("RDV_UCX_OP", nullptr);
+  for (const auto& c : cases) {
+    ScopedEnv tls("UCX_TLS", c.tls);
+    auto transport = Transport::Load("ucx");
+    ASSERT_TRUE(transport.ok()) << transport.status();
+    EXPECT_EQ((*transport)->preferred_op() == RDV_TRANSPORT_OP_TAG, c.tagged)
+        << "UCX_TLS=" << c.tls << ": " << (*transport)->description();
+  }
+}
+
+TEST(UcxTransportTest, RefusesAnUnknownOp) {
+  ScopedEnv op("RDV_UCX_OP", "put");
+  auto transport = Transport::Load("ucx");
+  ASSERT_EQ(transport.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(transport.status().message().find("RDV_UCX_OP='put'"), absl::string_view::npos)
+      << transport.status();
+}
+
 // UCX would hang at the first transfer of a 64 KiB segment or more.
 TEST(UcxTransportTest, RefusesSharedMemorySegmentsThatHangUcx) {
   ScopedEnv tls("UCX_TLS", "posix,cma,self");
