@@ -6,7 +6,7 @@
 namespace rdv::control {
 
 // Exchanged in Handshake; bumped when a change is not backward compatible.
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // The classic protocol: the payload travels inside RecvTensor's stream.
 inline constexpr char kProtocolGrpc[] = "grpc";

@@ -2,6 +2,7 @@
 
 #include <grpcpp/completion_queue.h>
 #include <grpcpp/support/async_stream.h>
+#include <grpcpp/support/async_unary_call.h>
 #include <grpcpp/support/proto_buffer_writer.h>
 
 #include "absl/strings/str_cat.h"
@@ -268,17 +269,43 @@ void RecvTensorCall::Complete(absl::Status status, Tensor tensor, bool is_dead) 
   calls->End();
 }
 
+namespace {
+
+// Whether the producer may answer in one message: not when the payload
+// comes as a tagged send, which the consumer posts after reading the meta.
+RecvTensorRequest WithSingleMessage(RecvTensorRequest request, const DataPlane* data_plane) {
+  request.set_single_message(data_plane == nullptr ||
+                             data_plane->transport().preferred_op() != RDV_TRANSPORT_OP_TAG);
+  return request;
+}
+
+void DrainQueue(grpc::CompletionQueue* queue) {
+  queue->Shutdown();
+  void* ignored_tag;
+  bool ignored_ok;
+  while (queue->Next(&ignored_tag, &ignored_ok)) {
+  }
+}
+
+}  // namespace
+
+struct BlockingRecvTensorCall::Fetched {
+  Notification done;
+  absl::Status status;
+};
+
 BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> worker,
                                                DataPlane* data_plane, RecvTensorRequest request,
                                                MemoryLocation destination, absl::Duration timeout,
                                                absl::Duration peer_timeout)
     : worker_(std::move(worker)),
       data_plane_(data_plane),
-      request_(std::move(request)),
+      request_(WithSingleMessage(std::move(request), data_plane)),
       timeout_(timeout),
       peer_timeout_(peer_timeout),
       destination_(destination),
-      decoder_(DecoderAllocators(data_plane, request_, destination)) {}
+      decoder_(std::make_unique<TensorDecoder>(
+          DecoderAllocators(data_plane, request_, destination))) {}
 
 bool BlockingRecvTensorCall::Withdrawn() {
   grpc::ClientContext context;
@@ -297,51 +324,108 @@ void BlockingRecvTensorCall::Abort(const absl::Status& status) {
     std::lock_guard lock(mu_);
     if (abort_status_.ok()) abort_status_ = status;
   }
+  // A context whose call has not started cancels it when it does.
   context_.TryCancel();
+  fetch_held_context_.TryCancel();
+}
+
+bool BlockingRecvTensorCall::AwaitAnswer(grpc::CompletionQueue* queue, void* tag,
+                                         absl::Time deadline) {
+  if (AwaitTag(queue, tag, deadline)) return true;
+  if (absl::Now() < deadline) return false;
+  const bool withdrawn = Withdrawn();
+  if (withdrawn) Abort(absl::DeadlineExceededError("the Recv timed out"));
+  return AwaitTag(queue, tag) && !withdrawn;
 }
 
 absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
+  // Only the wait for the answer is bounded; once bytes flow, they finish.
+  const absl::Time deadline = timeout_ < absl::InfiniteDuration() ? absl::Now() + timeout_
+                                                                  : absl::InfiniteFuture();
+  auto fetched = std::make_shared<Fetched>();
+  if (!request_.single_message()) {
+    RDV_RETURN_IF_ERROR(ReceiveStream(request_, &context_, deadline, fetched));
+    return Complete(*fetched, tensor, is_dead);
+  }
+  RDV_RETURN_IF_ERROR(ReceiveOneMessage(deadline));
+  if (!decoder_->held()) {
+    if (decoder_->has_transport() || decoder_->has_cuda_ipc()) {
+      StartSideTransfer(data_plane_, *decoder_, [fetched](absl::Status status) {
+        fetched->status = std::move(status);
+        fetched->done.Notify();
+      });
+    } else {
+      fetched->done.Notify();
+    }
+    return Complete(*fetched, tensor, is_dead);
+  }
+  // The producer took the value for this Recv: no more timeout.
+  RecvTensorRequest fetch = request_;
+  fetch.set_single_message(false);
+  fetch.set_fetch_held(true);
+  decoder_ = std::make_unique<TensorDecoder>(DecoderAllocators(data_plane_, fetch, destination_));
+  RDV_RETURN_IF_ERROR(ReceiveStream(fetch, &fetch_held_context_, absl::InfiniteFuture(), fetched));
+  return Complete(*fetched, tensor, is_dead);
+}
+
+absl::Status BlockingRecvTensorCall::ReceiveOneMessage(absl::Time deadline) {
   grpc::ByteBuffer request;
   RDV_RETURN_IF_ERROR(SerializeRequest(request_, &request));
+  grpc::CompletionQueue queue;
+  // Lives in the call's arena.
+  grpc::ClientAsyncResponseReader<grpc::ByteBuffer>* reader =
+      grpc::internal::ClientAsyncResponseReaderHelper::Create<grpc::ByteBuffer>(
+          worker_->channel.get(), &queue, *worker_->recv_tensor_one_message, &context_, request);
+  reader->StartCall();
+  grpc::ByteBuffer answer;
+  grpc::Status finished;
+  reader->Finish(&answer, &finished, &answer);
+  AwaitAnswer(&queue, &answer, deadline);
+  DrainQueue(&queue);
+  {
+    std::lock_guard lock(mu_);
+    RDV_RETURN_IF_ERROR(RecvTensorStatus(*worker_, finished, abort_status_));
+  }
+  RDV_RETURN_IF_ERROR(decoder_->Consume(&answer));
+  if (!decoder_->complete()) {
+    return absl::DataLossError(absl::StrCat("worker ", worker_->worker_name,
+                                            " answered a single-message RecvTensor with ",
+                                            decoder_->received_bytes(), " of ",
+                                            decoder_->meta().payload_bytes(), " payload bytes"));
+  }
+  if (!decoder_->held()) upload_.Advance(*decoder_, destination_);
+  return absl::OkStatus();
+}
+
+absl::Status BlockingRecvTensorCall::ReceiveStream(const RecvTensorRequest& request,
+                                                   grpc::ClientContext* context,
+                                                   absl::Time deadline,
+                                                   const std::shared_ptr<Fetched>& fetched) {
+  grpc::ByteBuffer serialized;
+  RDV_RETURN_IF_ERROR(SerializeRequest(request, &serialized));
   // This thread drives its own completion queue: gRPC then reads the
   // answer on this thread instead of waking it from another, and the start
   // and the first read are in flight together.
   grpc::CompletionQueue queue;
   std::unique_ptr<grpc::ClientAsyncReader<grpc::ByteBuffer>> reader(
       grpc::internal::ClientAsyncReaderFactory<grpc::ByteBuffer>::Create(
-          worker_->channel.get(), &queue, *worker_->recv_tensor, &context_, request,
+          worker_->channel.get(), &queue, *worker_->recv_tensor, context, serialized,
           /*start=*/true, &queue));
   absl::Status decoded;
   grpc::ByteBuffer chunk;
   bool reading = true;
-  bool timed_out = false;
-  // Only the wait for the answer is bounded; once bytes flow, they finish.
-  absl::Time deadline = timeout_ < absl::InfiniteDuration() ? absl::Now() + timeout_
-                                                            : absl::InfiniteFuture();
-  while (reading && decoded.ok() && !decoder_.complete()) {
+  while (reading && decoded.ok() && !decoder_->complete()) {
     reader->Read(&chunk, &chunk);
-    bool got = AwaitTag(&queue, &chunk, deadline);
-    if (!got && absl::Now() >= deadline) {
-      timed_out = Withdrawn();
-      if (timed_out) Abort(absl::DeadlineExceededError("the Recv timed out"));
-      deadline = absl::InfiniteFuture();
-      got = AwaitTag(&queue, &chunk, deadline);
-    }
-    reading = got && !timed_out;
-    if (reading) decoded = decoder_.Consume(&chunk);
-    if (reading && decoded.ok()) upload_.Advance(decoder_, destination_);
+    reading = AwaitAnswer(&queue, &chunk, deadline);
+    if (reading) decoded = decoder_->Consume(&chunk);
+    if (reading && decoded.ok()) upload_.Advance(*decoder_, destination_);
     deadline = absl::InfiniteFuture();
   }
   if (!decoded.ok()) Abort(decoded);
   // The transfer starts before the stream's status arrives (with op tag the
   // producer sends it only once its send is done).
-  struct Fetched {
-    Notification done;
-    absl::Status status;
-  };
-  auto fetched = std::make_shared<Fetched>();
-  if (decoded.ok() && (decoder_.has_transport() || decoder_.has_cuda_ipc())) {
-    StartSideTransfer(data_plane_, decoder_, [fetched](absl::Status status) {
+  if (decoded.ok() && (decoder_->has_transport() || decoder_->has_cuda_ipc())) {
+    StartSideTransfer(data_plane_, *decoder_, [fetched](absl::Status status) {
       fetched->status = std::move(status);
       fetched->done.Notify();
     });
@@ -351,20 +435,17 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
   grpc::Status finished;
   reader->Finish(&finished, &finished);
   AwaitTag(&queue, &finished);
-  queue.Shutdown();
-  void* ignored_tag;
-  bool ignored_ok;
-  while (queue.Next(&ignored_tag, &ignored_ok)) {
-  }
-  {
-    std::lock_guard lock(mu_);
-    RDV_RETURN_IF_ERROR(RecvTensorStatus(*worker_, finished, abort_status_));
-  }
-  fetched->done.WaitForNotification();
-  RDV_RETURN_IF_ERROR(fetched->status);
-  ReleaseFetched(*worker_, request_.step_id(), decoder_.meta());
-  RDV_ASSIGN_OR_RETURN(*tensor, decoder_.Finish());
-  *is_dead = decoder_.meta().is_dead();
+  DrainQueue(&queue);
+  std::lock_guard lock(mu_);
+  return RecvTensorStatus(*worker_, finished, abort_status_);
+}
+
+absl::Status BlockingRecvTensorCall::Complete(Fetched& fetched, Tensor* tensor, bool* is_dead) {
+  fetched.done.WaitForNotification();
+  RDV_RETURN_IF_ERROR(fetched.status);
+  ReleaseFetched(*worker_, request_.step_id(), decoder_->meta());
+  RDV_ASSIGN_OR_RETURN(*tensor, decoder_->Finish());
+  *is_dead = decoder_->meta().is_dead();
   if (std::unique_ptr<ChunkedUpload> upload = upload_.Take()) {
     Notification uploaded;
     absl::StatusOr<Tensor> on_device;

@@ -91,6 +91,9 @@ class RecvTensorCall final : public AbortableCall,
   absl::Status abort_status_;  // guarded by mu_
 };
 
+// Reads the answer as one message, the way a unary call does (one gRPC
+// batch, one wakeup), unless the data plane sends with tags; a payload that
+// needs a stream then follows in a second, fetch_held call.
 class BlockingRecvTensorCall final : public AbortableCall {
  public:
   // `timeout` bounds the wait for the producer's answer; `peer_timeout`
@@ -108,6 +111,19 @@ class BlockingRecvTensorCall final : public AbortableCall {
   void Abort(const absl::Status& status) override;
 
  private:
+  struct Fetched;
+
+  // The answer of a single_message request, into decoder_.
+  absl::Status ReceiveOneMessage(absl::Time deadline);
+  // The answer streamed, into decoder_; starts the side transfer it
+  // describes before the stream's status arrives.
+  absl::Status ReceiveStream(const RecvTensorRequest& request, grpc::ClientContext* context,
+                             absl::Time deadline, const std::shared_ptr<Fetched>& fetched);
+  // Waits for the side transfer and the upload to a GPU, if any.
+  absl::Status Complete(Fetched& fetched, Tensor* tensor, bool* is_dead);
+  // Waits for `tag` until `deadline`; past it, has the Recv withdrawn
+  // (false: the call is aborted) or waits on for the answer already taken.
+  bool AwaitAnswer(grpc::CompletionQueue* queue, void* tag, absl::Time deadline);
   // Asks the producer to withdraw this Recv; true when it did (or cannot
   // answer).
   bool Withdrawn();
@@ -119,7 +135,8 @@ class BlockingRecvTensorCall final : public AbortableCall {
   const absl::Duration peer_timeout_;
   const MemoryLocation destination_;
   grpc::ClientContext context_;
-  TensorDecoder decoder_;
+  grpc::ClientContext fetch_held_context_;  // of the second call, if any
+  std::unique_ptr<TensorDecoder> decoder_;  // of the call in progress
   StreamUpload upload_;
   std::mutex mu_;
   absl::Status abort_status_;  // guarded by mu_

@@ -137,7 +137,11 @@ absl::Status TensorDecoder::Consume(grpc::ByteBuffer* chunk) {
 }
 
 absl::Status TensorDecoder::StartTensor() {
-  if (meta_.is_dead()) return absl::OkStatus();
+  if (meta_.payload_held() && (meta_.payload_bytes() != 0 || meta_.has_transport() ||
+                               meta_.has_cuda_ipc())) {
+    return Corrupt("a held payload with bytes or a descriptor");
+  }
+  if (meta_.is_dead() || meta_.payload_held()) return absl::OkStatus();
   RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeFromEnumValue(meta_.dtype()));
   RDV_ASSIGN_OR_RETURN(const TensorShape shape,
                        TensorShape::Create(absl::MakeConstSpan(meta_.dims().data(),
@@ -188,6 +192,7 @@ absl::Status TensorDecoder::DecodeStrings() {
 
 absl::StatusOr<Tensor> TensorDecoder::Finish() {
   if (!has_meta_) return Corrupt("the stream ended before the tensor's metadata");
+  if (meta_.payload_held()) return absl::InternalError("the payload is held by the producer");
   if (meta_.is_dead()) return tensor_;  // never allocated: uninitialized
   if (received_ != meta_.payload_bytes()) {
     return Corrupt(absl::StrCat("the stream ended after ", received_, " of ",

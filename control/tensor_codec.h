@@ -70,6 +70,8 @@ class TensorDecoder {
   bool has_transport() const { return has_meta_ && meta_.has_transport(); }
   // The payload is copied by CUDA IPC into tensor().
   bool has_cuda_ipc() const { return has_meta_ && meta_.has_cuda_ipc(); }
+  // The producer holds the value for a fetch_held call; no tensor here.
+  bool held() const { return has_meta_ && meta_.payload_held(); }
   const Tensor& tensor() const { return tensor_; }
   const TensorMeta& meta() const { return meta_; }
 

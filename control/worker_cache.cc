@@ -74,6 +74,8 @@ absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerCache::Get(absl::string_view
   client->stub = WorkerService::NewStub(client->channel);
   client->recv_tensor = std::make_unique<grpc::internal::RpcMethod>(
       kRecvTensorMethod, grpc::internal::RpcMethod::SERVER_STREAMING, client->channel);
+  client->recv_tensor_one_message = std::make_unique<grpc::internal::RpcMethod>(
+      kRecvTensorMethod, grpc::internal::RpcMethod::NORMAL_RPC, client->channel);
   client->releases = std::make_shared<ReleaseBatcher>(client->channel);
   clients_.emplace(worker_name, client);
   return client;

@@ -51,6 +51,8 @@ struct WorkerClient {
   // parses by hand (a registered method is cheaper per call than a generic
   // one: its path is interned once).
   std::unique_ptr<grpc::internal::RpcMethod> recv_tensor;
+  // The same method read as one message (RecvTensorRequest.single_message).
+  std::unique_ptr<grpc::internal::RpcMethod> recv_tensor_one_message;
   std::shared_ptr<ReleaseBatcher> releases;
   // A call that holds this client Begins here when it starts and Ends only
   // after it dropped its reference.

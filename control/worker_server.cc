@@ -83,6 +83,16 @@ class WorkerServer::Impl {
   // Producer side of RecvTensor: checks that this worker is the key's source
   // and that the request is new.
   absl::Status AdmitRecvTensor(const RecvTensorRequest& request, const ParsedKey& key);
+  // A value taken for a single_message RecvTensor whose answer needs a
+  // stream, kept for the consumer's fetch_held call.
+  struct HeldValue {
+    Tensor value;
+    bool is_dead = false;
+  };
+  void HoldValue(int64_t step_id, int64_t request_id, HeldValue held);
+  // The held value, once; NOT_FOUND when there is none (already fetched, or
+  // its step was cleaned up).
+  absl::StatusOr<HeldValue> TakeHeldValue(int64_t step_id, int64_t request_id);
   absl::Status Produce(const ProduceRequest& request);
   absl::Status ReleaseTransfers(const ReleaseTransfersRequest& request);
   // True when the RecvTensor `request_id` of `step_id` was still waiting and
@@ -212,6 +222,9 @@ class WorkerServer::Impl {
   int forwards_in_flight_ = 0;  // AbortStep forwards not yet answered; mu_
   // Request ids seen per step, so that a repeated RecvTensor is refused.
   absl::flat_hash_map<int64_t, absl::flat_hash_set<int64_t>> seen_requests_;  // guarded by mu_
+  // Values taken for single_message RecvTensors that needed a stream, by
+  // step and request id, until their fetch_held call.
+  absl::flat_hash_map<int64_t, absl::flat_hash_map<int64_t, HeldValue>> held_values_;  // mu_
   // Driver tensors, made once per (dtype, dims, seed, memory location) and
   // sent many times.
   std::map<std::tuple<int, std::vector<int64_t>, uint32_t, std::string>, Tensor>
@@ -252,6 +265,15 @@ class WorkerServer::Impl::RecvTensorReactor final
     }
     chunk_bytes_ = impl_->env_.options.chunk_bytes;
     request_ = request;
+    if (request.fetch_held()) {
+      absl::StatusOr<HeldValue> held = impl_->TakeHeldValue(request.step_id(), request.request_id());
+      if (held.ok()) {
+        OnValue(absl::OkStatus(), held->value, held->is_dead);
+      } else {
+        Finish(ToGrpcStatus(held.status()));
+      }
+      return;
+    }
     {
       std::lock_guard lock(impl_->mu_);
       impl_->live_recvs_[{request.step_id(), request.request_id()}] = this;
@@ -314,9 +336,26 @@ class WorkerServer::Impl::RecvTensorReactor final
            value.TotalBytes() > plane->options().inline_bytes;
   }
 
+  // A single_message request gets one message: a payload that needs more
+  // (`stream_bytes` of it in the stream, or a tagged send, which needs the
+  // consumer to read the meta first) is held for a fetch_held call instead.
+  bool HeldForLater(const Tensor& value, bool is_dead, size_t stream_bytes, bool tagged) {
+    if (!request_.single_message() || (stream_bytes <= chunk_bytes_ && !tagged)) return false;
+    impl_->HoldValue(request_.step_id(), request_.request_id(), {value, is_dead});
+    meta_ = MakeTensorMeta(value, is_dead, 0, absl::GetCurrentTimeNanos() / 1000);
+    meta_.set_payload_held(true);
+    chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
+    StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
+    return true;
+  }
+
   // Answers with a descriptor; the consumer pulls (op get), or this worker
   // sends and finishes the stream when the send is done (op tag).
   void OfferThroughDataPlane(const Tensor& value) {
+    if (HeldForLater(value, false, 0,
+                     impl_->data_plane_->transport().preferred_op() == RDV_TRANSPORT_OP_TAG)) {
+      return;
+    }
     meta_ = MakeTensorMeta(value, false, 0, absl::GetCurrentTimeNanos() / 1000);
     auto tag_send = std::make_shared<TagSend>();
     absl::StatusOr<TransportDescriptor> descriptor = impl_->data_plane_->Offer(
@@ -419,6 +458,7 @@ class WorkerServer::Impl::RecvTensorReactor final
   // Streams a GPU tensor through pinned memory in chunks: chunk k is
   // written while chunk k+1 copies off the device.
   void StreamFromDevice(const Tensor& value) {
+    if (HeldForLater(value, false, value.TotalBytes(), false)) return;
     absl::StatusOr<std::unique_ptr<ChunkedDownload>> download =
         ChunkedDownload::Start(value, chunk_bytes_);
     absl::StatusOr<TensorPayload> payload =
@@ -443,6 +483,7 @@ class WorkerServer::Impl::RecvTensorReactor final
       Finish(ToGrpcStatus(payload.status()));
       return;
     }
+    if (HeldForLater(value, is_dead, payload->size(), false)) return;
     payload_ = *std::move(payload);
     meta_ = MakeTensorMeta(value, is_dead, payload_.size(), absl::GetCurrentTimeNanos() / 1000);
     WriteNext();
@@ -524,6 +565,7 @@ absl::Status WorkerServer::Impl::AdmitRecvTensor(const RecvTensorRequest& reques
         ", the key names ", FormatIncarnation(key.src_incarnation()),
         "; the worker job was probably restarted"));
   }
+  if (request.fetch_held()) return absl::OkStatus();  // served once: TakeHeldValue
   std::lock_guard lock(mu_);
   if (!seen_requests_[request.step_id()].insert(request.request_id()).second) {
     return absl::AlreadyExistsError(absl::StrCat("RecvTensor request ", request.request_id(),
@@ -711,8 +753,34 @@ void WorkerServer::Impl::CleanupStep(int64_t step_id) {
   rendezvous_mgr_.Cleanup(step_id);
   if (data_plane_ != nullptr) data_plane_->DropStep(step_id);
   cuda_ipc_lent_.DropStep(step_id);
+  absl::flat_hash_map<int64_t, HeldValue> dropped;  // freed after the lock
   std::lock_guard lock(mu_);
   seen_requests_.erase(step_id);
+  if (auto it = held_values_.find(step_id); it != held_values_.end()) {
+    dropped = std::move(it->second);
+    held_values_.erase(it);
+  }
+}
+
+void WorkerServer::Impl::HoldValue(int64_t step_id, int64_t request_id, HeldValue held) {
+  std::lock_guard lock(mu_);
+  held_values_[step_id][request_id] = std::move(held);
+}
+
+absl::StatusOr<WorkerServer::Impl::HeldValue> WorkerServer::Impl::TakeHeldValue(
+    int64_t step_id, int64_t request_id) {
+  std::lock_guard lock(mu_);
+  if (auto step = held_values_.find(step_id); step != held_values_.end()) {
+    if (auto held = step->second.find(request_id); held != step->second.end()) {
+      HeldValue value = std::move(held->second);
+      step->second.erase(held);
+      if (step->second.empty()) held_values_.erase(step);
+      return value;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "RecvTensor fetch_held: worker ", env_.worker_name, " holds no value for request ",
+      request_id, " of step ", step_id, " (already fetched, or the step was cleaned up)"));
 }
 
 absl::Status WorkerServer::Impl::Start() {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "control/protocol.h"
 #include "control/tensor_codec.h"
@@ -137,8 +138,10 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     consumer_->worker_cache().SetAddress("worker", 0, producer_->address());
     driver_ = DriverService::NewStub(grpc::CreateChannel(producer_->address(),
                                                           grpc::InsecureChannelCredentials()));
-    worker_stub_ = WorkerService::NewStub(
-        grpc::CreateChannel(producer_->address(), grpc::InsecureChannelCredentials()));
+    // rdv's own settings: messages of a whole stream chunk, for one.
+    worker_stub_ = WorkerService::NewStub(grpc::CreateCustomChannel(
+        producer_->address(), grpc::InsecureChannelCredentials(),
+        PeerChannelArguments(ControlOptions{})));
   }
 
   // What the producer runs under beside its own host's environment: this
@@ -247,6 +250,28 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     Tensor value;
     bool is_dead;
     return Recv(step, key, &value, &is_dead);
+  }
+
+  // A RecvTensor call made by hand: its chunks, and its status in `status`.
+  std::vector<RecvTensorChunk> RawRecvTensor(const RecvTensorRequest& request,
+                                             grpc::Status* status) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
+    auto reader = worker_stub_->RecvTensor(&context, request);
+    std::vector<RecvTensorChunk> chunks(1);
+    while (reader->Read(&chunks.back())) chunks.emplace_back();
+    chunks.pop_back();
+    *status = reader->Finish();
+    return chunks;
+  }
+
+  RecvTensorRequest RawRequest(int64_t step, const ParsedKey& key, int64_t request_id) {
+    RecvTensorRequest request;
+    request.set_step_id(step);
+    request.set_rendezvous_key(std::string(key.FullKey()));
+    request.set_request_id(request_id);
+    request.set_protocol("grpc");
+    return request;
   }
 
   void WorkerCall(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
@@ -512,23 +537,82 @@ TEST_P(RemoteConformanceTest, UnreachableWorkerIsUnavailable) {
 TEST_P(RemoteConformanceTest, RepeatedRequestIdIsRefused) {
   const ParsedKey key = Key("once");
   ASSERT_TRUE(Produce(32, {Item(key, DType::kUInt8, {4}, 1), Item(key, DType::kUInt8, {4}, 2)}).ok());
-  RecvTensorRequest request;
-  request.set_step_id(32);
-  request.set_rendezvous_key(std::string(key.FullKey()));
-  request.set_request_id(424242);
-  request.set_protocol("grpc");
-  std::vector<grpc::Status> statuses;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
-    auto reader = worker_stub_->RecvTensor(&context, request);
-    RecvTensorChunk chunk;
-    while (reader->Read(&chunk)) {
-    }
-    statuses.push_back(reader->Finish());
-  }
+  const RecvTensorRequest request = RawRequest(32, key, 424242);
+  std::vector<grpc::Status> statuses(2);
+  for (grpc::Status& status : statuses) RawRecvTensor(request, &status);
   EXPECT_TRUE(statuses[0].ok()) << statuses[0].error_message();
   EXPECT_EQ(statuses[1].error_code(), grpc::StatusCode::ALREADY_EXISTS);
+}
+
+// A single-message answer cannot carry a payload that needs a stream: the
+// producer holds the value, and a fetch_held call streams it, once.
+TEST_P(RemoteConformanceTest, SingleMessageRequestOfALargePayloadIsHeldAndFetchedOnce) {
+  const ParsedKey key = Key("held_for_later");
+  const int64_t bytes = (int64_t{4} << 20) + 1;  // one byte over a stream chunk
+  ASSERT_TRUE(Produce(38, {Item(key, DType::kUInt8, {bytes}, 7)}).ok());
+  RecvTensorRequest request = RawRequest(38, key, 5150);
+  request.set_single_message(true);
+  grpc::Status status;
+  std::vector<RecvTensorChunk> answer = RawRecvTensor(request, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(answer.size(), 1u);
+  EXPECT_TRUE(answer[0].meta().payload_held());
+  EXPECT_EQ(answer[0].meta().payload_bytes(), 0u);
+  ASSERT_EQ(answer[0].meta().dims_size(), 1);
+  EXPECT_EQ(answer[0].meta().dims(0), bytes);
+
+  request.set_single_message(false);
+  request.set_fetch_held(true);
+  const std::vector<RecvTensorChunk> chunks = RawRecvTensor(request, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_GE(chunks.size(), 2u);
+  EXPECT_FALSE(chunks[0].meta().payload_held());
+  absl::StatusOr<Tensor> expected = MakePatternTensor(DType::kUInt8, *TensorShape::Create({bytes}), 7);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  std::string payload;
+  for (const RecvTensorChunk& chunk : chunks) payload += chunk.data();
+  EXPECT_EQ(payload, absl::string_view(static_cast<const char*>(expected->data()), bytes));
+
+  RawRecvTensor(request, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+}
+
+// A consumer that reads one message meets a producer that sends with tags
+// (which needs the consumer to read the meta first): the value is held and
+// fetched in a second call, never lost or hung.
+TEST_P(RemoteConformanceTest, TaggedProducerServesASingleMessageConsumer) {
+  if (!absl::StrContains(GetParam().protocol, "ucx")) GTEST_SKIP() << "RDV_UCX_OP is UCX's";
+  RestartProducerWith("RDV_UCX_OP", "tag");
+  const ParsedKey key = Key("tagged");
+  ASSERT_TRUE(Produce(40, {Item(key, DType::kUInt8, {int64_t{1} << 20}, 9)}).ok());
+  Tensor value;
+  bool is_dead;
+  const absl::Status status = Recv(40, key, &value, &is_dead);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(VerifyPattern(value, 9).ok());
+}
+
+TEST_P(RemoteConformanceTest, StepCleanupDropsAHeldValue) {
+  const ParsedKey key = Key("held_then_cleaned");
+  ASSERT_TRUE(Produce(39, {Item(key, DType::kUInt8, {int64_t{5} << 20}, 8)}).ok());
+  RecvTensorRequest request = RawRequest(39, key, 6160);
+  request.set_single_message(true);
+  grpc::Status status;
+  std::vector<RecvTensorChunk> answer = RawRecvTensor(request, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(answer.size(), 1u);
+  ASSERT_TRUE(answer[0].meta().payload_held());
+  CleanupStepRequest cleanup;
+  cleanup.set_step_id(39);
+  CleanupStepResponse cleaned;
+  WorkerCall([&](grpc::ClientContext* context) {
+    return worker_stub_->CleanupStep(context, cleanup, &cleaned);
+  });
+  request.set_single_message(false);
+  request.set_fetch_held(true);
+  RawRecvTensor(request, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  EXPECT_NE(status.error_message().find("cleaned up"), std::string::npos) << status.error_message();
 }
 
 TEST_P(RemoteConformanceTest, HandshakeChecksTheProtocolVersion) {
