@@ -274,6 +274,28 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     return request;
   }
 
+  // Produces `bytes` under `name` and asks for them in one message, which
+  // the producer answers by holding the value; `fetch` is then the request
+  // that fetches it.
+  void ExpectHeld(int64_t step, const std::string& name, int64_t bytes, uint32_t seed,
+                  RecvTensorRequest* fetch) {
+    const ParsedKey key = Key(name);
+    ASSERT_TRUE(Produce(step, {Item(key, DType::kUInt8, {bytes}, seed)}).ok());
+    RecvTensorRequest request = RawRequest(step, key, step * 1000 + 1);
+    request.set_single_message(true);
+    grpc::Status status;
+    const std::vector<RecvTensorChunk> answer = RawRecvTensor(request, &status);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(answer.size(), 1u);
+    EXPECT_TRUE(answer[0].meta().payload_held());
+    EXPECT_EQ(answer[0].meta().payload_bytes(), 0u);
+    ASSERT_EQ(answer[0].meta().dims_size(), 1);
+    EXPECT_EQ(answer[0].meta().dims(0), bytes);
+    request.set_single_message(false);
+    request.set_fetch_held(true);
+    *fetch = request;
+  }
+
   void WorkerCall(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
@@ -547,27 +569,16 @@ TEST_P(RemoteConformanceTest, RepeatedRequestIdIsRefused) {
 // A single-message answer cannot carry a payload that needs a stream: the
 // producer holds the value, and a fetch_held call streams it, once.
 TEST_P(RemoteConformanceTest, SingleMessageRequestOfALargePayloadIsHeldAndFetchedOnce) {
-  const ParsedKey key = Key("held_for_later");
   const int64_t bytes = (int64_t{4} << 20) + 1;  // one byte over a stream chunk
-  ASSERT_TRUE(Produce(38, {Item(key, DType::kUInt8, {bytes}, 7)}).ok());
-  RecvTensorRequest request = RawRequest(38, key, 5150);
-  request.set_single_message(true);
+  RecvTensorRequest request;
+  ASSERT_NO_FATAL_FAILURE(ExpectHeld(38, "held_for_later", bytes, 7, &request));
   grpc::Status status;
-  std::vector<RecvTensorChunk> answer = RawRecvTensor(request, &status);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  ASSERT_EQ(answer.size(), 1u);
-  EXPECT_TRUE(answer[0].meta().payload_held());
-  EXPECT_EQ(answer[0].meta().payload_bytes(), 0u);
-  ASSERT_EQ(answer[0].meta().dims_size(), 1);
-  EXPECT_EQ(answer[0].meta().dims(0), bytes);
-
-  request.set_single_message(false);
-  request.set_fetch_held(true);
   const std::vector<RecvTensorChunk> chunks = RawRecvTensor(request, &status);
   ASSERT_TRUE(status.ok()) << status.error_message();
   ASSERT_GE(chunks.size(), 2u);
   EXPECT_FALSE(chunks[0].meta().payload_held());
-  absl::StatusOr<Tensor> expected = MakePatternTensor(DType::kUInt8, *TensorShape::Create({bytes}), 7);
+  absl::StatusOr<Tensor> expected =
+      MakePatternTensor(DType::kUInt8, *TensorShape::Create({bytes}), 7);
   ASSERT_TRUE(expected.ok()) << expected.status();
   std::string payload;
   for (const RecvTensorChunk& chunk : chunks) payload += chunk.data();
@@ -593,23 +604,15 @@ TEST_P(RemoteConformanceTest, TaggedProducerServesASingleMessageConsumer) {
 }
 
 TEST_P(RemoteConformanceTest, StepCleanupDropsAHeldValue) {
-  const ParsedKey key = Key("held_then_cleaned");
-  ASSERT_TRUE(Produce(39, {Item(key, DType::kUInt8, {int64_t{5} << 20}, 8)}).ok());
-  RecvTensorRequest request = RawRequest(39, key, 6160);
-  request.set_single_message(true);
-  grpc::Status status;
-  std::vector<RecvTensorChunk> answer = RawRecvTensor(request, &status);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  ASSERT_EQ(answer.size(), 1u);
-  ASSERT_TRUE(answer[0].meta().payload_held());
+  RecvTensorRequest request;
+  ASSERT_NO_FATAL_FAILURE(ExpectHeld(39, "held_then_cleaned", int64_t{5} << 20, 8, &request));
   CleanupStepRequest cleanup;
   cleanup.set_step_id(39);
   CleanupStepResponse cleaned;
   WorkerCall([&](grpc::ClientContext* context) {
     return worker_stub_->CleanupStep(context, cleanup, &cleaned);
   });
-  request.set_single_message(false);
-  request.set_fetch_held(true);
+  grpc::Status status;
   RawRecvTensor(request, &status);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
   EXPECT_NE(status.error_message().find("cleaned up"), std::string::npos) << status.error_message();
