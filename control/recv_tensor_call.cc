@@ -349,14 +349,7 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
   }
   RDV_RETURN_IF_ERROR(ReceiveOneMessage(deadline));
   if (!decoder_->held()) {
-    if (decoder_->has_transport() || decoder_->has_cuda_ipc()) {
-      StartSideTransfer(data_plane_, *decoder_, [fetched](absl::Status status) {
-        fetched->status = std::move(status);
-        fetched->done.Notify();
-      });
-    } else {
-      fetched->done.Notify();
-    }
+    StartDescribedTransfer(fetched);
     return Complete(*fetched, tensor, is_dead);
   }
   // The producer took the value for this Recv: no more timeout.
@@ -421,15 +414,12 @@ absl::Status BlockingRecvTensorCall::ReceiveStream(const RecvTensorRequest& requ
     if (reading && decoded.ok()) upload_.Advance(*decoder_, destination_);
     deadline = absl::InfiniteFuture();
   }
-  if (!decoded.ok()) Abort(decoded);
   // The transfer starts before the stream's status arrives (with op tag the
   // producer sends it only once its send is done).
-  if (decoded.ok() && (decoder_->has_transport() || decoder_->has_cuda_ipc())) {
-    StartSideTransfer(data_plane_, *decoder_, [fetched](absl::Status status) {
-      fetched->status = std::move(status);
-      fetched->done.Notify();
-    });
+  if (decoded.ok()) {
+    StartDescribedTransfer(fetched);
   } else {
+    Abort(decoded);
     fetched->done.Notify();
   }
   grpc::Status finished;
@@ -438,6 +428,17 @@ absl::Status BlockingRecvTensorCall::ReceiveStream(const RecvTensorRequest& requ
   DrainQueue(&queue);
   std::lock_guard lock(mu_);
   return RecvTensorStatus(*worker_, finished, abort_status_);
+}
+
+void BlockingRecvTensorCall::StartDescribedTransfer(const std::shared_ptr<Fetched>& fetched) {
+  if (!decoder_->has_transport() && !decoder_->has_cuda_ipc()) {
+    fetched->done.Notify();
+    return;
+  }
+  StartSideTransfer(data_plane_, *decoder_, [fetched](absl::Status status) {
+    fetched->status = std::move(status);
+    fetched->done.Notify();
+  });
 }
 
 absl::Status BlockingRecvTensorCall::Complete(Fetched& fetched, Tensor* tensor, bool* is_dead) {

@@ -119,6 +119,9 @@ class BlockingRecvTensorCall final : public AbortableCall {
   // describes before the stream's status arrives.
   absl::Status ReceiveStream(const RecvTensorRequest& request, grpc::ClientContext* context,
                              absl::Time deadline, const std::shared_ptr<Fetched>& fetched);
+  // Starts the data-plane or CUDA IPC copy decoder_'s answer describes;
+  // `fetched` is done when it ends, at once when there is none.
+  void StartDescribedTransfer(const std::shared_ptr<Fetched>& fetched);
   // Waits for the side transfer and the upload to a GPU, if any.
   absl::Status Complete(Fetched& fetched, Tensor* tensor, bool* is_dead);
   // Waits for `tag` until `deadline`; past it, has the Recv withdrawn
