@@ -356,6 +356,7 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
   RecvTensorRequest fetch = request_;
   fetch.set_single_message(false);
   fetch.set_fetch_held(true);
+  fetch.clear_released();  // the first call delivered them
   decoder_ = std::make_unique<TensorDecoder>(DecoderAllocators(data_plane_, fetch, destination_));
   RDV_RETURN_IF_ERROR(ReceiveStream(fetch, &fetch_held_context_, absl::InfiniteFuture(), fetched));
   return Complete(*fetched, tensor, is_dead);

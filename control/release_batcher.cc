@@ -8,7 +8,29 @@ void ReleaseBatcher::Release(const ReleasedTransfer& transfer) {
   std::lock_guard lock(mu_);
   if (drained_) return;  // shutting down: the producer frees it at cleanup
   queued_.push_back(transfer);
-  if (!in_flight_) SendLocked();
+  if (IdleLocked()) ScheduleCallLocked();
+}
+
+void ReleaseBatcher::TakeQueued(google::protobuf::RepeatedPtrField<ReleasedTransfer>* carrier) {
+  std::lock_guard lock(mu_);
+  for (ReleasedTransfer& transfer : queued_) *carrier->Add() = std::move(transfer);
+  queued_.clear();
+}
+
+// Replaces an alarm that has fired: a new one per window. Like the call's
+// callback, the alarm's captures only raw pointers and ends under mu_.
+void ReleaseBatcher::ScheduleCallLocked() {
+  call_scheduled_ = true;
+  alarm_ = std::make_unique<grpc::Alarm>();
+  alarm_->Set(absl::ToChronoTime(absl::Now() + kCarryWindow), [this](bool) {
+    std::lock_guard lock(mu_);
+    call_scheduled_ = false;
+    if (!queued_.empty() && in_flight_ == nullptr) {
+      SendLocked();
+    } else if (IdleLocked()) {
+      idle_.notify_all();
+    }
+  });
 }
 
 struct ReleaseBatcher::Call {
@@ -37,8 +59,8 @@ void ReleaseBatcher::SendLocked() {
         in_flight_ = nullptr;
         delete call;
         if (!queued_.empty()) {
-          SendLocked();
-        } else {
+          ScheduleCallLocked();
+        } else if (IdleLocked()) {
           idle_.notify_all();
         }
       });
@@ -48,12 +70,18 @@ void ReleaseBatcher::Drain(absl::Duration timeout) {
   std::unique_lock lock(mu_);
   drained_ = true;
   queued_.clear();
-  if (idle_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                     [this] { return in_flight_ == nullptr; })) {
+  if (call_scheduled_) {
+    // No alarm is set after drained_; its callback (ok false) takes mu_.
+    grpc::Alarm* alarm = alarm_.get();
+    lock.unlock();
+    alarm->Cancel();
+    lock.lock();
+  }
+  if (idle_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return IdleLocked(); })) {
     return;
   }
-  in_flight_->context.TryCancel();
-  idle_.wait(lock, [this] { return in_flight_ == nullptr; });
+  if (in_flight_ != nullptr) in_flight_->context.TryCancel();
+  idle_.wait(lock, [this] { return IdleLocked(); });
 }
 
 }  // namespace rdv::control

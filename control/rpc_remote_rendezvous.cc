@@ -67,9 +67,9 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
     std::move(done)(status, RendezvousArgs{}, args, tensor, is_dead);
   };
   const MemoryLocation destination = RecvDestination(key, args);
-  auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane,
-                                  MakeRequest(key, destination), destination, std::move(detach),
-                                  std::move(finish));
+  RecvTensorRequest request = MakeRequest(key, destination, **worker);
+  auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane, std::move(request),
+                                  destination, std::move(detach), std::move(finish));
   if (const absl::Status aborted = Track(call); !aborted.ok()) call->Abort(aborted);
   if (cancel != nullptr &&
       !cancel->RegisterCallback(token, [call, key = std::string(key.FullKey())] {
@@ -81,7 +81,8 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
 }
 
 RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key,
-                                                   MemoryLocation destination) const {
+                                                   MemoryLocation destination,
+                                                   const WorkerClient& worker) const {
   RecvTensorRequest request;
   request.set_step_id(step_id_);
   request.set_rendezvous_key(std::string(key.FullKey()));
@@ -90,6 +91,7 @@ RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key,
   if (env_->data_plane != nullptr) {
     request.set_consumer_transport_address(env_->data_plane->local_address());
   }
+  worker.releases->TakeQueued(request.mutable_released());
   RequestCudaIpc(destination, &request);
   return request;
 }
@@ -102,7 +104,8 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
   RDV_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> worker,
                        env_->worker_cache->Get(key.src().WorkerName()));
   const MemoryLocation destination = RecvDestination(key, args);
-  BlockingRecvTensorCall call(std::move(worker), env_->data_plane, MakeRequest(key, destination),
+  RecvTensorRequest request = MakeRequest(key, destination, *worker);
+  BlockingRecvTensorCall call(std::move(worker), env_->data_plane, std::move(request),
                               destination, timeout, env_->options.peer_timeout);
   const absl::Status cancelled =
       RecvCancelledError(key.FullKey());

@@ -43,7 +43,9 @@ class RpcRemoteRendezvous final : public Rendezvous,
 
  private:
   void RecvRemote(const ParsedKey& key, const RendezvousArgs& args, RecvDoneCallback done);
-  RecvTensorRequest MakeRequest(const ParsedKey& key, MemoryLocation destination) const;
+  // Carries the releases queued for `worker`.
+  RecvTensorRequest MakeRequest(const ParsedKey& key, MemoryLocation destination,
+                                const WorkerClient& worker) const;
   // The abort status when aborted (the call must then end at once).
   absl::Status Track(AbortableCall* call);
   void Untrack(AbortableCall* call);

@@ -94,7 +94,8 @@ class WorkerServer::Impl {
   // its step was cleaned up).
   absl::StatusOr<HeldValue> TakeHeldValue(int64_t step_id, int64_t request_id);
   absl::Status Produce(const ProduceRequest& request);
-  absl::Status ReleaseTransfers(const ReleaseTransfersRequest& request);
+  absl::Status ReleaseTransfers(
+      const google::protobuf::RepeatedPtrField<ReleasedTransfer>& transfers);
   // True when the RecvTensor `request_id` of `step_id` was still waiting and
   // is now withdrawn (or never arrived, or already ended without a value).
   bool Withdraw(int64_t step_id, int64_t request_id);
@@ -144,7 +145,7 @@ class WorkerServer::Impl {
     grpc::ServerUnaryReactor* ReleaseTransfers(grpc::CallbackServerContext* context,
                                                const ReleaseTransfersRequest* request,
                                                ReleaseTransfersResponse*) override {
-      return Reply(context, impl_->ReleaseTransfers(*request));
+      return Reply(context, impl_->ReleaseTransfers(request->transfers()));
     }
     grpc::ServerUnaryReactor* CleanupStep(grpc::CallbackServerContext* context,
                                           const CleanupStepRequest* request,
@@ -256,6 +257,11 @@ class WorkerServer::Impl::RecvTensorReactor final
     if (!parsed.ok()) {
       Finish(parsed);
       return;
+    }
+    // Releases ride along whatever becomes of this request.
+    if (const absl::Status released = impl_->ReleaseTransfers(request.released());
+        !released.ok()) {
+      RDV_LOG(Warning) << "RecvTensor carried releases that failed: " << released;
     }
     absl::StatusOr<ParsedKey> key = ParsedKey::Parse(request.rendezvous_key());
     absl::Status admitted = key.ok() ? impl_->AdmitRecvTensor(request, *key) : key.status();
@@ -733,9 +739,10 @@ bool WorkerServer::Impl::Withdraw(int64_t step_id, int64_t request_id) {
   return it == live_recvs_.end() || it->second->Withdraw();
 }
 
-absl::Status WorkerServer::Impl::ReleaseTransfers(const ReleaseTransfersRequest& request) {
+absl::Status WorkerServer::Impl::ReleaseTransfers(
+    const google::protobuf::RepeatedPtrField<ReleasedTransfer>& transfers) {
   absl::Status status;
-  for (const ReleasedTransfer& transfer : request.transfers()) {
+  for (const ReleasedTransfer& transfer : transfers) {
     if (transfer.cuda_ipc()) {
       status.Update(cuda_ipc_lent_.Release(transfer));
     } else if (data_plane_ == nullptr) {
