@@ -26,6 +26,8 @@ class ReleaseBatcher {
  public:
   explicit ReleaseBatcher(std::shared_ptr<grpc::Channel> channel)
       : stub_(WorkerService::NewStub(std::move(channel))) {}
+  // Drains at once if nobody did: the alarm and the call end first.
+  ~ReleaseBatcher() { Drain(absl::ZeroDuration()); }
 
   void Release(const ReleasedTransfer& transfer);
   // Moves the queued releases into `carrier`, a RecvTensorRequest's
