@@ -176,8 +176,9 @@ absl::Status Bench::Connect() {
                        ClusterSpec::FromFlag(absl::StrCat("worker=", peer_address_, ",127.0.0.1:1")));
   RDV_ASSIGN_OR_RETURN(options.control, ControlOptions::FromEnvironment());
   RDV_ASSIGN_OR_RETURN(consumer_, WorkerServer::Start(options));
-  auto channel = grpc::CreateCustomChannel(peer_address_, grpc::InsecureChannelCredentials(),
-                                           PeerChannelArguments(options.control));
+  grpc::ChannelArguments channel_args = PeerChannelArguments(options.control);
+  channel_args.SetMaxReceiveMessageSize(-1);  // raw gRPC's reference replies hold a whole size
+  auto channel = CreateMemberChannel(peer_address_, options.control.security, channel_args);
   driver_ = DriverService::NewStub(channel);
   worker_ = WorkerService::NewStub(channel);
   // The keys name the peer's incarnation: ask it.

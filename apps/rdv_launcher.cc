@@ -1,10 +1,14 @@
 // rdv-launcher: starts, signals and stops rdv-worker processes on this host
 // for a test or tool on another host or container (WorkerProcess::Launch),
 // which can then kill, pause or restart its peer as if it were a child.
-// A tool for test rigs, never for production: it runs what it is asked to.
+// A tool for test rigs, never for production: it runs rdv-worker for whoever
+// passes its door, so it demands a cluster token (RDV_CLUSTER_TOKEN_FILE or
+// RDV_CLUSTER_TOKEN), listens on loopback unless told otherwise (and then
+// wants TLS too, as a worker does: control/security.h), and passes only
+// RDV_* and UCX_* settings on to the workers.
 //
 // When it is ready it prints one line on stdout:
-//   rdv-launcher ready 0.0.0.0:18600
+//   rdv-launcher ready 127.0.0.1:18600
 // On SIGINT or SIGTERM it stops every worker it started, then exits.
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
@@ -20,23 +24,45 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/match.h"
 #include "control/grpc_status.h"
+#include "control/security.h"
 #include "control/worker.grpc.pb.h"
 #include "control/worker_process.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:18600", "host:port to serve LauncherService on");
+ABSL_FLAG(std::string, listen, "127.0.0.1:18600", "host:port to serve LauncherService on");
 
 namespace rdv::control {
 namespace {
 
+// Only rdv's and UCX's own settings reach a worker: a variable such as
+// LD_PRELOAD would run the caller's code.
+absl::Status CheckSetting(const std::string& name) {
+  if (absl::StartsWith(name, "RDV_") || absl::StartsWith(name, "UCX_")) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("rdv-launcher passes only RDV_* and UCX_* variables to workers, not '",
+                   Excerpt(name, 64), "'"));
+}
+
 class Launcher final : public LauncherService::Service {
  public:
-  grpc::Status StartWorker(grpc::ServerContext*, const StartWorkerRequest* request,
+  explicit Launcher(SecurityOptions security) : security_(std::move(security)) {}
+
+  grpc::Status StartWorker(grpc::ServerContext* context, const StartWorkerRequest* request,
                            StartWorkerResponse* response) override {
+    if (absl::Status denied = AdmitCaller(*context, security_); !denied.ok()) {
+      return ToGrpcStatus(denied);
+    }
     const std::vector<std::string> args(request->args().begin(), request->args().end());
     EnvChanges env;
-    for (const auto& [name, value] : request->set_env()) env.emplace_back(name, value);
-    for (const std::string& name : request->unset_env()) env.emplace_back(name, std::nullopt);
+    for (const auto& [name, value] : request->set_env()) {
+      if (absl::Status refused = CheckSetting(name); !refused.ok()) return ToGrpcStatus(refused);
+      env.emplace_back(name, value);
+    }
+    for (const std::string& name : request->unset_env()) {
+      if (absl::Status refused = CheckSetting(name); !refused.ok()) return ToGrpcStatus(refused);
+      env.emplace_back(name, std::nullopt);
+    }
     auto worker =
         WorkerProcess::Start(args, absl::Milliseconds(request->ready_timeout_ms()), env);
     if (!worker.ok()) return ToGrpcStatus(worker.status());
@@ -49,8 +75,11 @@ class Launcher final : public LauncherService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status SignalWorker(grpc::ServerContext*, const SignalWorkerRequest* request,
+  grpc::Status SignalWorker(grpc::ServerContext* context, const SignalWorkerRequest* request,
                             SignalWorkerResponse*) override {
+    if (absl::Status denied = AdmitCaller(*context, security_); !denied.ok()) {
+      return ToGrpcStatus(denied);
+    }
     absl::MutexLock lock(&mu_);
     auto it = workers_.find(request->worker_id());
     if (it == workers_.end()) return UnknownWorker(request->worker_id());
@@ -59,8 +88,11 @@ class Launcher final : public LauncherService::Service {
     return ToGrpcStatus(status);
   }
 
-  grpc::Status StopWorker(grpc::ServerContext*, const StopWorkerRequest* request,
+  grpc::Status StopWorker(grpc::ServerContext* context, const StopWorkerRequest* request,
                           StopWorkerResponse* response) override {
+    if (absl::Status denied = AdmitCaller(*context, security_); !denied.ok()) {
+      return ToGrpcStatus(denied);
+    }
     std::unique_ptr<WorkerProcess> worker;
     {
       absl::MutexLock lock(&mu_);
@@ -85,6 +117,7 @@ class Launcher final : public LauncherService::Service {
                         absl::StrCat("no worker ", id, " (never started, or already reaped)"));
   }
 
+  const SecurityOptions security_;
   absl::Mutex mu_;
   uint64_t last_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::unique_ptr<WorkerProcess>> workers_ ABSL_GUARDED_BY(mu_);
@@ -100,11 +133,23 @@ int Run() {
   // mask, so rdv-worker blocks them itself before it waits).
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  Launcher launcher;
-  int port = 0;
+  absl::StatusOr<SecurityOptions> security = SecurityOptions::FromEnvironment();
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  absl::Status usable = security.status();
+  if (usable.ok() && security->token.empty()) {
+    usable = absl::FailedPreconditionError(
+        "it starts processes for whoever calls it, so it needs a cluster token that its callers "
+        "send too: RDV_CLUSTER_TOKEN_FILE (or RDV_CLUSTER_TOKEN), at least 16 random characters");
+  }
+  if (usable.ok()) usable = CheckExposure(listen, *security, "rdv-launcher");
+  if (!usable.ok()) {
+    std::cerr << "rdv-launcher: " << usable.message() << "\n";
+    return 1;
+  }
+  Launcher launcher(*security);
+  int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, ServerCredentialsFor(*security), &port);
   builder.RegisterService(&launcher);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <unistd.h>
 
@@ -34,6 +35,19 @@ ABSL_FLAG(std::string, protocol, "grpc",
           "grpc, or grpc+<transport> (grpc+ucx) to move payloads through a transport plugin");
 ABSL_FLAG(bool, enable_driver, false,
           "serve DriverService, so that tests and benchmarks can make this worker Send");
+ABSL_FLAG(std::string, tls_cert, "",
+          "this worker's TLS certificate (PEM); with --tls_key and --tls_ca turns on mutual TLS "
+          "(default: $RDV_TLS_CERT)");
+ABSL_FLAG(std::string, tls_key, "", "the certificate's private key (default: $RDV_TLS_KEY)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "the cluster's CA certificate: callers must show a certificate it signed (default: "
+          "$RDV_TLS_CA)");
+ABSL_FLAG(std::string, cluster_token_file, "",
+          "a file whose first line is the cluster token every call must carry (default: "
+          "$RDV_CLUSTER_TOKEN_FILE, else the token in $RDV_CLUSTER_TOKEN)");
+ABSL_FLAG(bool, allow_insecure, false,
+          "listen on a non-loopback address without TLS and a token (or RDV_ALLOW_INSECURE=1): "
+          "anyone who reaches the port can then read and inject tensors");
 ABSL_FLAG(int, parent_pid, 0,
           "shut down once this process is no longer the parent (whoever spawns the worker "
           "sets it, so that a parent killed without cleaning up leaves no worker behind)");
@@ -61,6 +75,21 @@ absl::StatusOr<rdv::control::ClusterSpec> ReadCluster() {
   return absl::InvalidArgumentError("--cluster or --cluster_file is required");
 }
 
+// The door's settings: the environment's, each file overridden by its flag.
+absl::StatusOr<rdv::control::SecurityOptions> ReadSecurity() {
+  rdv::control::SecurityFiles files = rdv::control::SecurityFiles::FromEnvironment();
+  for (auto [flag, file] : {std::pair{&FLAGS_tls_cert, &files.tls_cert},
+                            std::pair{&FLAGS_tls_key, &files.tls_key},
+                            std::pair{&FLAGS_tls_ca, &files.tls_ca},
+                            std::pair{&FLAGS_cluster_token_file, &files.token_file}}) {
+    if (std::string value = absl::GetFlag(*flag); !value.empty()) *file = std::move(value);
+  }
+  RDV_ASSIGN_OR_RETURN(rdv::control::SecurityOptions security,
+                       rdv::control::SecurityOptions::Load(files));
+  if (absl::GetFlag(FLAGS_allow_insecure)) security.allow_insecure = true;
+  return security;
+}
+
 absl::Status Run() {
   rdv::control::WorkerServerOptions options;
   options.job = absl::GetFlag(FLAGS_job);
@@ -69,6 +98,7 @@ absl::Status Run() {
   options.protocol = absl::GetFlag(FLAGS_protocol);
   RDV_ASSIGN_OR_RETURN(options.cluster, ReadCluster());
   RDV_ASSIGN_OR_RETURN(options.control, rdv::control::ControlOptions::FromEnvironment());
+  RDV_ASSIGN_OR_RETURN(options.control.security, ReadSecurity());
   options.listen_address = absl::GetFlag(FLAGS_listen);
   if (options.listen_address.empty()) {
     RDV_ASSIGN_OR_RETURN(options.listen_address,

@@ -63,9 +63,8 @@ absl::Status StartPeers() {
     consumer->worker_cache().SetAddress("worker", 0, peers->producer->address());
   }
   // The reference uses exactly the channel settings rdv uses to its peers.
-  auto channel = grpc::CreateCustomChannel(peers->producer->address(),
-                                           grpc::InsecureChannelCredentials(),
-                                           PeerChannelArguments(options.control));
+  auto channel = CreateMemberChannel(peers->producer->address(), options.control.security,
+                                     PeerChannelArguments(options.control));
   peers->driver = DriverService::NewStub(channel);
   peers->worker = WorkerService::NewStub(channel);
   return absl::OkStatus();

@@ -6,6 +6,7 @@ set(RDV_SANITIZE "" CACHE STRING
     "Sanitizers to build with: empty, 'address,undefined' or 'thread'")
 option(RDV_BUILD_TESTS "Build the GoogleTest suites" ON)
 option(RDV_BUILD_BENCHMARKS "Build the Google Benchmark suites" ON)
+option(RDV_BUILD_FUZZERS "Build the libFuzzer targets in fuzz/ (clang, with RDV_SANITIZE)" OFF)
 
 add_library(rdv_build_flags INTERFACE)
 target_compile_options(rdv_build_flags INTERFACE
@@ -28,4 +29,12 @@ if(RDV_SANITIZE)
     -fsanitize=${RDV_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   target_link_options(rdv_sanitize_flags INTERFACE -fsanitize=${RDV_SANITIZE})
   target_link_libraries(rdv_build_flags INTERFACE rdv_sanitize_flags)
+endif()
+
+# Fuzzers: every library they link is built with libFuzzer's coverage.
+if(RDV_BUILD_FUZZERS)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang" OR NOT RDV_SANITIZE)
+    message(FATAL_ERROR "RDV_BUILD_FUZZERS needs clang and RDV_SANITIZE (scripts/build fuzz)")
+  endif()
+  target_compile_options(rdv_sanitize_flags INTERFACE -fsanitize=fuzzer-no-link)
 endif()

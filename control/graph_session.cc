@@ -10,6 +10,7 @@
 #include "control/grpc_status.h"
 #include "control/named_tensor.h"
 #include "control/protocol.h"
+#include "control/security.h"
 #include "control/worker.grpc.pb.h"
 #include "core/notification.h"
 #include "graph/partition.h"
@@ -18,10 +19,10 @@ namespace rdv::control {
 
 class GraphSession::Worker {
  public:
-  Worker(std::string name, const std::string& address)
+  Worker(std::string name, const std::string& address, const SecurityOptions& security)
       : name_(std::move(name)),
         stub_(WorkerService::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+            CreateMemberChannel(address, security, grpc::ChannelArguments()))) {}
 
   const std::string& name() const { return name_; }
   WorkerService::Stub* stub() { return stub_.get(); }
@@ -49,11 +50,12 @@ class GraphSession::Worker {
 
 absl::StatusOr<std::unique_ptr<GraphSession>> GraphSession::Connect(const ClusterSpec& cluster,
                                                                    absl::Duration call_timeout) {
+  RDV_ASSIGN_OR_RETURN(const SecurityOptions security, SecurityOptions::FromEnvironment());
   auto session = std::unique_ptr<GraphSession>(new GraphSession());
   session->call_timeout_ = call_timeout;
   for (const std::string& name : cluster.WorkerNames()) {
     RDV_ASSIGN_OR_RETURN(const std::string address, cluster.AddressOf(name));
-    auto worker = std::make_unique<Worker>(name, address);
+    auto worker = std::make_unique<Worker>(name, address, security);
     HandshakeRequest request;
     request.set_worker_name("/job:client/replica:0/task:0");
     request.set_protocol_version(kProtocolVersion);

@@ -29,8 +29,10 @@ struct StepResult {
 
 class GraphSession {
  public:
-  // Handshakes with every worker of `cluster`; UNAVAILABLE naming the one
-  // that does not answer within `call_timeout`.
+  // Handshakes with every worker of `cluster`, as a member when the
+  // environment sets up the door (RDV_TLS_*, RDV_CLUSTER_TOKEN*;
+  // control/security.h); UNAVAILABLE naming the worker that does not
+  // answer within `call_timeout`.
   static absl::StatusOr<std::unique_ptr<GraphSession>> Connect(const ClusterSpec& cluster,
                                                               absl::Duration call_timeout);
   // Deregisters the graph (best effort, bounded).

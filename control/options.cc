@@ -30,9 +30,16 @@ absl::StatusOr<ControlOptions> ControlOptions::FromEnvironment() {
   RDV_RETURN_IF_ERROR(ReadPositive("RDV_PEER_TIMEOUT_MS", 100, 3600 * 1000, &timeout_ms));
   options.peer_timeout = absl::Milliseconds(timeout_ms);
   int64_t chunk = static_cast<int64_t>(options.chunk_bytes);
-  RDV_RETURN_IF_ERROR(ReadPositive("RDV_GRPC_CHUNK_BYTES", 4096, int64_t{1} << 30, &chunk));
+  RDV_RETURN_IF_ERROR(ReadPositive("RDV_GRPC_CHUNK_BYTES", 4096, kMaxGrpcChunkBytes, &chunk));
   options.chunk_bytes = static_cast<size_t>(chunk);
-  RDV_LOG(Debug) << "RDV_PEER_TIMEOUT_MS=" << timeout_ms << " RDV_GRPC_CHUNK_BYTES=" << chunk;
+  int64_t max_tensor = static_cast<int64_t>(options.max_tensor_bytes);
+  RDV_RETURN_IF_ERROR(ReadPositive("RDV_MAX_TENSOR_BYTES", 1024, int64_t{1} << 50, &max_tensor));
+  options.max_tensor_bytes = static_cast<uint64_t>(max_tensor);
+  RDV_ASSIGN_OR_RETURN(options.security, SecurityOptions::FromEnvironment());
+  RDV_LOG(Debug) << "RDV_PEER_TIMEOUT_MS=" << timeout_ms << " RDV_GRPC_CHUNK_BYTES=" << chunk
+                 << " RDV_MAX_TENSOR_BYTES=" << max_tensor
+                 << " TLS=" << (options.security.tls() ? "on" : "off")
+                 << " cluster token=" << (options.security.token.empty() ? "none" : "set");
   return options;
 }
 

@@ -3,11 +3,21 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/time/time.h"
+#include "control/security.h"
 #include "core/status.h"
 
 namespace rdv::control {
+
+// The largest RDV_GRPC_CHUNK_BYTES, and with it the largest message a
+// worker reads from a producer (plus the meta); gRPC's own ceiling is 2 GiB.
+inline constexpr size_t kMaxGrpcChunkBytes = size_t{1} << 30;
+// The largest request a worker reads (a graph, RunGraph's feeds, a batch of
+// releases); a larger one is refused with RESOURCE_EXHAUSTED before it is
+// parsed.
+inline constexpr int kMaxRequestBytes = 64 << 20;
 
 struct ControlOptions {
   // A peer that does not answer keepalive pings (or cannot be connected
@@ -17,6 +27,12 @@ struct ControlOptions {
   // Payload bytes per RecvTensor stream message (protocol grpc).
   // RDV_GRPC_CHUNK_BYTES.
   size_t chunk_bytes = size_t{4} << 20;
+  // The largest tensor this worker accepts from a peer: a RecvTensor answer
+  // that declares more is refused (RESOURCE_EXHAUSTED) before anything is
+  // allocated for it. RDV_MAX_TENSOR_BYTES.
+  uint64_t max_tensor_bytes = uint64_t{64} << 30;
+  // Mutual TLS and the cluster token (control/security.h); none by default.
+  SecurityOptions security;
 
   // Defaults overridden by the environment; INVALID_ARGUMENT naming the
   // variable when a value does not parse or is out of range.

@@ -135,7 +135,7 @@ RecvTensorCall::RecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* 
       destination_(destination),
       detach_(std::move(detach)),
       done_(std::move(done)),
-      decoder_(DecoderAllocators(data_plane, request_, destination)) {
+      decoder_(DecoderAllocators(data_plane, request_, destination), worker_->max_tensor_bytes) {
   calls_->Begin();
 }
 
@@ -304,8 +304,8 @@ BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> wor
       timeout_(timeout),
       peer_timeout_(peer_timeout),
       destination_(destination),
-      decoder_(std::make_unique<TensorDecoder>(
-          DecoderAllocators(data_plane, request_, destination))) {}
+      decoder_(std::make_unique<TensorDecoder>(DecoderAllocators(data_plane, request_, destination),
+                                               worker_->max_tensor_bytes)) {}
 
 bool BlockingRecvTensorCall::Withdrawn() {
   grpc::ClientContext context;
@@ -357,7 +357,8 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
   fetch.set_single_message(false);
   fetch.set_fetch_held(true);
   fetch.clear_released();  // the first call delivered them
-  decoder_ = std::make_unique<TensorDecoder>(DecoderAllocators(data_plane_, fetch, destination_));
+  decoder_ = std::make_unique<TensorDecoder>(DecoderAllocators(data_plane_, fetch, destination_),
+                                             worker_->max_tensor_bytes);
   RDV_RETURN_IF_ERROR(ReceiveStream(fetch, &fetch_held_context_, absl::InfiniteFuture(), fetched));
   return Complete(*fetched, tensor, is_dead);
 }

@@ -1,5 +1,7 @@
 #include "control/tensor_codec.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -103,32 +105,19 @@ grpc::ByteBuffer EncodeChunk(const TensorMeta* meta, const TensorPayload& payloa
 absl::Status TensorDecoder::Consume(grpc::ByteBuffer* chunk) {
   grpc::ProtoBufferReader reader(chunk);
   google::protobuf::io::CodedInputStream in(&reader);
+  // A message gRPC delivered fits in an int (its size limits are below 2 GiB).
+  in.SetTotalBytesLimit(static_cast<int>(std::min<size_t>(chunk->Length(), INT_MAX)));
   uint64_t offset = 0;
   while (const uint32_t tag = in.ReadTag()) {
     const int field = WireFormatLite::GetTagFieldNumber(tag);
-    if (field == kMetaField) {
-      uint32_t length = 0;
-      if (has_meta_ || !in.ReadVarint32(&length)) return Corrupt("a second or unreadable meta");
-      const auto limit = in.PushLimit(static_cast<int>(length));
-      if (!meta_.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) {
-        return Corrupt("meta does not parse");
-      }
-      in.PopLimit(limit);
-      has_meta_ = true;
-      RDV_RETURN_IF_ERROR(StartTensor());
+    const bool delimited =
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+    if (field == kMetaField && delimited) {
+      RDV_RETURN_IF_ERROR(ConsumeMeta(&in));
     } else if (field == kOffsetField) {
       if (!in.ReadVarint64(&offset)) return Corrupt("unreadable offset");
-    } else if (field == kDataField) {
-      uint32_t length = 0;
-      if (!has_meta_ || !in.ReadVarint32(&length)) return Corrupt("data before meta");
-      if (offset != received_ || length > meta_.payload_bytes() - received_) {
-        return Corrupt(absl::StrCat("chunk [", offset, ", +", length, ") does not follow byte ",
-                                    received_, " of ", meta_.payload_bytes()));
-      }
-      if (length > 0 && !in.ReadRaw(destination_ + received_, static_cast<int>(length))) {
-        return Corrupt("truncated data");
-      }
-      received_ += length;
+    } else if (field == kDataField && delimited) {
+      RDV_RETURN_IF_ERROR(ConsumeData(&in, offset));
     } else if (!WireFormatLite::SkipField(&in, tag)) {
       return Corrupt("unreadable field");
     }
@@ -136,57 +125,137 @@ absl::Status TensorDecoder::Consume(grpc::ByteBuffer* chunk) {
   return absl::OkStatus();
 }
 
-absl::Status TensorDecoder::StartTensor() {
-  if (meta_.payload_held() && (meta_.payload_bytes() != 0 || meta_.has_transport() ||
-                               meta_.has_cuda_ipc())) {
+absl::Status TensorDecoder::ConsumeMeta(google::protobuf::io::CodedInputStream* in) {
+  uint32_t length = 0;
+  if (has_meta_) return Corrupt("a second meta");
+  if (!in->ReadVarint32(&length) || length > kMaxMetaBytes) {
+    return Corrupt(absl::StrCat("a meta of ", length, " bytes (the most is ", kMaxMetaBytes, ")"));
+  }
+  const auto limit = in->PushLimit(static_cast<int>(length));
+  if (!meta_.ParseFromCodedStream(in) || !in->ConsumedEntireMessage()) {
+    return Corrupt("meta does not parse");
+  }
+  in->PopLimit(limit);
+  has_meta_ = true;
+  RDV_RETURN_IF_ERROR(CheckMetaIsConsistent());
+  return StartTensor();
+}
+
+absl::Status TensorDecoder::ConsumeData(google::protobuf::io::CodedInputStream* in,
+                                        uint64_t offset) {
+  uint32_t length = 0;
+  if (!has_meta_) return Corrupt("data before meta");
+  if (!in->ReadVarint32(&length)) return Corrupt("unreadable data length");
+  if (offset != received_ || length > meta_.payload_bytes() - received_) {
+    return Corrupt(absl::StrCat("chunk [", offset, ", +", length, ") does not follow byte ",
+                                received_, " of ", meta_.payload_bytes()));
+  }
+  // Checked before a string payload grows for them: the bytes must be here.
+  if (static_cast<int64_t>(length) > in->BytesUntilTotalBytesLimit()) {
+    return Corrupt(absl::StrCat("a chunk declares ", length, " data bytes and carries ",
+                                in->BytesUntilTotalBytesLimit()));
+  }
+  if (length == 0) return absl::OkStatus();
+  char* destination = destination_;
+  if (dtype_ == DType::kString) {
+    string_payload_.resize(received_ + length);
+    destination = string_payload_.data();
+  }
+  if (!in->ReadRaw(destination + received_, static_cast<int>(length))) {
+    return Corrupt("truncated data");
+  }
+  received_ += length;
+  return absl::OkStatus();
+}
+
+absl::Status TensorDecoder::CheckMetaIsConsistent() const {
+  const bool described = meta_.has_transport() || meta_.has_cuda_ipc();
+  if (meta_.payload_held() && (meta_.payload_bytes() != 0 || described)) {
     return Corrupt("a held payload with bytes or a descriptor");
   }
+  if (meta_.is_dead() && (meta_.payload_bytes() != 0 || described)) {
+    return Corrupt("a dead tensor with payload bytes or a descriptor");
+  }
+  if (meta_.has_transport() && meta_.has_cuda_ipc()) {
+    return Corrupt("both a transport and a CUDA IPC descriptor");
+  }
+  if (described && meta_.payload_bytes() != 0) {
+    return Corrupt("payload bytes in the stream and a descriptor");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TensorDecoder::StartTensor() {
   if (meta_.is_dead() || meta_.payload_held()) return absl::OkStatus();
-  RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeFromEnumValue(meta_.dtype()));
-  RDV_ASSIGN_OR_RETURN(const TensorShape shape,
-                       TensorShape::Create(absl::MakeConstSpan(meta_.dims().data(),
-                                                               static_cast<size_t>(meta_.dims_size()))));
+  RDV_ASSIGN_OR_RETURN(dtype_, DTypeFromEnumValue(meta_.dtype()));
+  RDV_ASSIGN_OR_RETURN(shape_, TensorShape::Create(absl::MakeConstSpan(
+                                   meta_.dims().data(), static_cast<size_t>(meta_.dims_size()))));
+  if (dtype_ == DType::kString) {
+    if (meta_.has_transport() || meta_.has_cuda_ipc()) {
+      return Corrupt("a descriptor for a string tensor (strings travel in the stream)");
+    }
+    const uint64_t limit = std::min<uint64_t>(max_tensor_bytes_, INT_MAX);
+    if (meta_.payload_bytes() > limit) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the producer's string tensor has ", meta_.payload_bytes(),
+                       " payload bytes; this worker accepts at most ", limit,
+                       " (RDV_MAX_TENSOR_BYTES, and 2 GiB for strings)"));
+    }
+    // Every element takes at least its one-byte length.
+    if (static_cast<uint64_t>(shape_.num_elements()) > meta_.payload_bytes()) {
+      return Corrupt(absl::StrCat(shape_.num_elements(), " string elements cannot fit in ",
+                                  meta_.payload_bytes(), " payload bytes"));
+    }
+    return absl::OkStatus();
+  }
+  RDV_ASSIGN_OR_RETURN(const size_t bytes, TensorBytes(dtype_, shape_.num_elements()));
+  if (bytes > max_tensor_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the producer's ", DTypeName(dtype_), " tensor of shape ", shape_.DebugString(), " has ",
+        bytes, " bytes; this worker accepts at most ", max_tensor_bytes_,
+        " (RDV_MAX_TENSOR_BYTES)"));
+  }
   const bool lent = meta_.has_cuda_ipc();
-  if (lent && (allocators_.cuda_ipc == nullptr || meta_.has_transport())) {
+  if (lent && allocators_.cuda_ipc == nullptr) {
     return Corrupt("a CUDA IPC descriptor the consumer did not ask for");
   }
   if (meta_.has_transport() && allocators_.transport == nullptr) {
     return absl::FailedPreconditionError(
         "the producer answered with a transport descriptor, but this worker has no data plane");
   }
+  if (meta_.has_transport() || lent) {
+    const uint64_t length = lent ? meta_.cuda_ipc().length() : meta_.transport().length();
+    if (length != bytes) {
+      return Corrupt(absl::StrCat(lent ? "a CUDA IPC" : "a transport", " descriptor of ", length,
+                                  " bytes for a ", DTypeName(dtype_), " tensor of shape ",
+                                  shape_.DebugString(), " (", bytes, " bytes)"));
+    }
+  } else if (meta_.payload_bytes() != bytes) {
+    return Corrupt(absl::StrCat("payload of ", meta_.payload_bytes(), " bytes for a ",
+                                DTypeName(dtype_), " tensor of shape ", shape_.DebugString(),
+                                " (", bytes, " bytes)"));
+  }
   std::shared_ptr<Allocator> allocator = lent                   ? allocators_.cuda_ipc
                                          : meta_.has_transport() ? allocators_.transport
                                                                  : allocators_.stream;
-  if (dtype == DType::kString) allocator = HostAllocator();
-  RDV_ASSIGN_OR_RETURN(tensor_, Tensor::Allocate(std::move(allocator), dtype, shape));
-  if (meta_.has_transport() || lent) {
-    const uint64_t length = lent ? meta_.cuda_ipc().length() : meta_.transport().length();
-    if (meta_.payload_bytes() != 0 || length != tensor_.TotalBytes() || dtype == DType::kString) {
-      return Corrupt(absl::StrCat(lent ? "a CUDA IPC" : "a transport", " descriptor of ", length,
-                                  " bytes for a ", tensor_.DebugString()));
-    }
-  } else if (dtype == DType::kString) {
-    string_payload_.resize(meta_.payload_bytes());
-    destination_ = string_payload_.data();
-  } else if (meta_.payload_bytes() != tensor_.TotalBytes()) {
-    return Corrupt(absl::StrCat("payload of ", meta_.payload_bytes(), " bytes for a ",
-                                tensor_.DebugString(), " of ", tensor_.TotalBytes(), " bytes"));
-  } else {
-    destination_ = static_cast<char*>(tensor_.data());
-  }
+  RDV_ASSIGN_OR_RETURN(tensor_, Tensor::Allocate(std::move(allocator), dtype_, shape_));
+  if (!meta_.has_transport() && !lent) destination_ = static_cast<char*>(tensor_.data());
   return absl::OkStatus();
 }
 
 absl::Status TensorDecoder::DecodeStrings() {
+  RDV_ASSIGN_OR_RETURN(tensor_, Tensor::Allocate(HostAllocator(), DType::kString, shape_));
   google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(string_payload_.data()),
                                             static_cast<int>(string_payload_.size()));
   for (int64_t i = 0; i < tensor_.num_elements(); ++i) {
     uint32_t length = 0;
-    if (!in.ReadVarint32(&length) || !in.ReadString(&tensor_.flat<std::string>()[i], static_cast<int>(length))) {
+    if (!in.ReadVarint32(&length) || length > static_cast<uint32_t>(in.BytesUntilLimit()) ||
+        !in.ReadString(&tensor_.flat<std::string>()[i], static_cast<int>(length))) {
       return Corrupt(absl::StrCat("string element ", i, " is truncated"));
     }
   }
   if (!in.ExpectAtEnd()) return Corrupt("bytes after the last string element");
+  std::string().swap(string_payload_);
   return absl::OkStatus();
 }
 
@@ -198,7 +267,7 @@ absl::StatusOr<Tensor> TensorDecoder::Finish() {
     return Corrupt(absl::StrCat("the stream ended after ", received_, " of ",
                                 meta_.payload_bytes(), " bytes"));
   }
-  if (tensor_.dtype() == DType::kString) RDV_RETURN_IF_ERROR(DecodeStrings());
+  if (dtype_ == DType::kString && !tensor_.IsInitialized()) RDV_RETURN_IF_ERROR(DecodeStrings());
   return tensor_;
 }
 

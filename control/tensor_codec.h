@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include <google/protobuf/io/coded_stream.h>
 #include <grpcpp/support/byte_buffer.h>
 
 #include "control/worker.pb.h"
@@ -54,11 +55,21 @@ class TensorDecoder {
     std::shared_ptr<Allocator> cuda_ipc;
   };
 
-  TensorDecoder() = default;
-  explicit TensorDecoder(Allocators allocators) : allocators_(std::move(allocators)) {}
+  // The longest meta a chunk may carry (dims, descriptors, addresses).
+  static constexpr uint32_t kMaxMetaBytes = 1 << 20;
 
-  // DATA_LOSS / INVALID_ARGUMENT for a chunk that does not fit (bad meta,
-  // out-of-order or overflowing data).
+  TensorDecoder() = default;
+  // A tensor above `max_tensor_bytes` (RDV_MAX_TENSOR_BYTES) is refused
+  // before anything is allocated for it.
+  TensorDecoder(Allocators allocators, uint64_t max_tensor_bytes)
+      : allocators_(std::move(allocators)), max_tensor_bytes_(max_tensor_bytes) {}
+
+  // Everything in a chunk is the producer's word, checked before it is
+  // used: DATA_LOSS for a chunk that does not fit (a meta that contradicts
+  // itself, out-of-order, overflowing or truncated data), INVALID_ARGUMENT
+  // for a dtype or shape rdv does not know, RESOURCE_EXHAUSTED for a tensor
+  // above the limit. Memory grows with what arrived: string tensors are
+  // built only once their bytes are all here.
   absl::Status Consume(grpc::ByteBuffer* chunk);
 
   bool has_meta() const { return has_meta_; }
@@ -80,13 +91,19 @@ class TensorDecoder {
   absl::StatusOr<Tensor> Finish();
 
  private:
+  absl::Status ConsumeMeta(google::protobuf::io::CodedInputStream* in);
+  absl::Status ConsumeData(google::protobuf::io::CodedInputStream* in, uint64_t offset);
+  absl::Status CheckMetaIsConsistent() const;
   absl::Status StartTensor();
   absl::Status DecodeStrings();
 
-  const Allocators allocators_;
+  const Allocators allocators_{};
+  const uint64_t max_tensor_bytes_ = uint64_t{64} << 30;
   bool has_meta_ = false;
   TensorMeta meta_;
-  Tensor tensor_;
+  DType dtype_ = DType::kInvalid;
+  TensorShape shape_;
+  Tensor tensor_;  // a string tensor only once Finish has split its bytes
   std::string string_payload_;  // strings arrive here, then are split
   char* destination_ = nullptr;
   uint64_t received_ = 0;

@@ -6,6 +6,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include "control/protocol.h"
+#include "control/tensor_codec.h"
 #include "core/logging.h"
 
 namespace rdv::control {
@@ -14,7 +15,10 @@ grpc::ChannelArguments PeerChannelArguments(const ControlOptions& options) {
   grpc::ChannelArguments args;
   const int half_timeout_ms =
       static_cast<int>(std::max<int64_t>(absl::ToInt64Milliseconds(options.peer_timeout) / 2, 50));
-  args.SetMaxReceiveMessageSize(-1);
+  // A producer's stream chunk is the largest message a worker reads; a
+  // bigger one is refused by gRPC before it is buffered whole.
+  args.SetMaxReceiveMessageSize(
+      static_cast<int>(kMaxGrpcChunkBytes + TensorDecoder::kMaxMetaBytes + 4096));
   args.SetMaxSendMessageSize(-1);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, half_timeout_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, half_timeout_ms);
@@ -69,14 +73,14 @@ absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerCache::Get(absl::string_view
   auto client = std::make_shared<WorkerClient>();
   client->worker_name = std::string(worker_name);
   client->address = address;
-  client->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                              PeerChannelArguments(options_));
+  client->channel = CreateMemberChannel(address, options_.security, PeerChannelArguments(options_));
   client->stub = WorkerService::NewStub(client->channel);
   client->recv_tensor = std::make_unique<grpc::internal::RpcMethod>(
       kRecvTensorMethod, grpc::internal::RpcMethod::SERVER_STREAMING, client->channel);
   client->recv_tensor_one_message = std::make_unique<grpc::internal::RpcMethod>(
       kRecvTensorMethod, grpc::internal::RpcMethod::NORMAL_RPC, client->channel);
   client->releases = std::make_shared<ReleaseBatcher>(client->channel);
+  client->max_tensor_bytes = options_.max_tensor_bytes;
   clients_.emplace(worker_name, client);
   return client;
 }

@@ -54,6 +54,8 @@ struct WorkerClient {
   // The same method read as one message (RecvTensorRequest.single_message).
   std::unique_ptr<grpc::internal::RpcMethod> recv_tensor_one_message;
   std::shared_ptr<ReleaseBatcher> releases;
+  // The largest tensor accepted from this worker (RDV_MAX_TENSOR_BYTES).
+  uint64_t max_tensor_bytes = 0;
   // A call that holds this client Begins here when it starts and Ends only
   // after it dropped its reference.
   std::shared_ptr<CallsInFlight> calls = std::make_shared<CallsInFlight>();

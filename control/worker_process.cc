@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "control/security.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "control/grpc_status.h"
@@ -175,10 +176,11 @@ class LaunchedWorkerProcess final : public WorkerProcess {
   static absl::StatusOr<std::unique_ptr<WorkerProcess>> Launch(
       const std::string& launcher, const std::vector<std::string>& args, absl::Duration timeout,
       const EnvChanges& env) {
+    RDV_ASSIGN_OR_RETURN(const SecurityOptions security, SecurityOptions::FromEnvironment());
     auto process = std::unique_ptr<LaunchedWorkerProcess>(new LaunchedWorkerProcess());
     process->launcher_address_ = launcher;
     process->stub_ = LauncherService::NewStub(
-        grpc::CreateChannel(launcher, grpc::InsecureChannelCredentials()));
+        CreateMemberChannel(launcher, security, grpc::ChannelArguments()));
     StartWorkerRequest request;
     for (const std::string& arg : args) request.add_args(arg);
     for (const auto& [name, value] : env) {

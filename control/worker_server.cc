@@ -21,6 +21,7 @@
 #include "control/named_tensor.h"
 #include "control/protocol.h"
 #include "control/rpc_remote_rendezvous.h"
+#include "control/security.h"
 #include "control/tensor_codec.h"
 #include "control/tensor_pattern.h"
 #include "core/chunked_copy.h"
@@ -145,36 +146,42 @@ class WorkerServer::Impl {
     grpc::ServerUnaryReactor* ReleaseTransfers(grpc::CallbackServerContext* context,
                                                const ReleaseTransfersRequest* request,
                                                ReleaseTransfersResponse*) override {
+    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
       return Reply(context, impl_->ReleaseTransfers(request->transfers()));
     }
     grpc::ServerUnaryReactor* CleanupStep(grpc::CallbackServerContext* context,
                                           const CleanupStepRequest* request,
                                           CleanupStepResponse*) override {
+    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
       impl_->CleanupStep(request->step_id());
       return Reply(context, absl::OkStatus());
     }
     grpc::ServerUnaryReactor* WithdrawRecvTensor(grpc::CallbackServerContext* context,
                                                  const WithdrawRecvTensorRequest* request,
                                                  WithdrawRecvTensorResponse* response) override {
+    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
       response->set_withdrawn(impl_->Withdraw(request->step_id(), request->request_id()));
       return Reply(context, absl::OkStatus());
     }
     grpc::ServerUnaryReactor* AbortStep(grpc::CallbackServerContext* context,
                                         const AbortStepRequest* request,
                                         AbortStepResponse*) override {
+    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
       impl_->AbortStep(*request);
       return Reply(context, absl::OkStatus());
     }
     grpc::ServerUnaryReactor* RegisterGraph(grpc::CallbackServerContext* context,
                                             const RegisterGraphRequest* request,
                                             RegisterGraphResponse* response) override {
+    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
       absl::StatusOr<std::string> handle = impl_->RegisterGraph(*request);
       if (handle.ok()) response->set_graph_handle(*handle);
       return Reply(context, handle.status());
     }
-    grpc::ServerUnaryReactor* RunGraph(grpc::CallbackServerContext*,
+    grpc::ServerUnaryReactor* RunGraph(grpc::CallbackServerContext* context,
                                        const RunGraphRequest* request,
                                        RunGraphResponse* response) override {
+    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
       auto* reactor = new RunGraphReactor(impl_->rendezvous_mgr_.Find(request->step_id()));
       impl_->RunGraph(*request, response, [reactor](absl::Status status) {
         reactor->Finish(ToGrpcStatus(status));
@@ -184,10 +191,15 @@ class WorkerServer::Impl {
     grpc::ServerUnaryReactor* CleanupGraph(grpc::CallbackServerContext* context,
                                            const CleanupGraphRequest* request,
                                            CleanupGraphResponse*) override {
+    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
       return Reply(context, impl_->CleanupGraph(request->graph_handle()));
     }
 
    private:
+    absl::Status Admit(grpc::CallbackServerContext* context) const {
+      return AdmitCaller(*context, impl_->env_.options.security);
+    }
+
     Impl* const impl_;
   };
 
@@ -196,16 +208,27 @@ class WorkerServer::Impl {
     explicit DriverServiceImpl(Impl* impl) : impl_(impl) {}
     grpc::ServerUnaryReactor* Produce(grpc::CallbackServerContext* context,
                                       const ProduceRequest* request, ProduceResponse*) override {
+    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
       return Reply(context, impl_->Produce(*request));
     }
     grpc::ServerUnaryReactor* FetchBytes(grpc::CallbackServerContext* context,
                                          const FetchBytesRequest* request,
                                          FetchBytesResponse* response) override {
+    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
+      if (request->size() > kMaxGrpcChunkBytes) {
+        return Reply(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "FetchBytes of ", request->size(), " bytes; the most is ",
+                                  kMaxGrpcChunkBytes)));
+      }
       response->set_payload(impl_->Bytes(request->size()));
       return Reply(context, absl::OkStatus());
     }
 
    private:
+    absl::Status Admit(grpc::CallbackServerContext* context) const {
+      return AdmitCaller(*context, impl_->env_.options.security);
+    }
+
     Impl* const impl_;
   };
 
@@ -249,7 +272,13 @@ class WorkerServer::Impl::RecvTensorReactor final
   };
 
  public:
-  RecvTensorReactor(Impl* impl, const grpc::ByteBuffer* request_buffer) : impl_(impl) {
+  // `door`: whether the caller passed the door (AdmitCaller).
+  RecvTensorReactor(Impl* impl, const absl::Status& door, const grpc::ByteBuffer* request_buffer)
+      : impl_(impl) {
+    if (!door.ok()) {
+      Finish(ToGrpcStatus(door));
+      return;
+    }
     grpc::ByteBuffer copy(*request_buffer);
     RecvTensorRequest request;
     const grpc::Status parsed =
@@ -535,6 +564,7 @@ class WorkerServer::Impl::RecvTensorReactor final
 grpc::ServerUnaryReactor* WorkerServer::Impl::WorkerServiceImpl::Handshake(
     grpc::CallbackServerContext* context, const HandshakeRequest* request,
     HandshakeResponse* response) {
+  if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
   if (request->protocol_version() != kProtocolVersion) {
     return Reply(context, absl::FailedPreconditionError(absl::StrCat(
                               "worker ", request->worker_name(), " speaks protocol version ",
@@ -548,25 +578,26 @@ grpc::ServerUnaryReactor* WorkerServer::Impl::WorkerServiceImpl::Handshake(
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServer::Impl::WorkerServiceImpl::RecvTensor(
-    grpc::CallbackServerContext*, const grpc::ByteBuffer* request) {
-  return new RecvTensorReactor(impl_, request);
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  return new RecvTensorReactor(impl_, Admit(context), request);
 }
 
 absl::Status WorkerServer::Impl::AdmitRecvTensor(const RecvTensorRequest& request,
                                                  const ParsedKey& key) {
   if (request.protocol() != kProtocolGrpc && request.protocol() != env_.protocol) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "RecvTensor with protocol '", request.protocol(), "': worker ", env_.worker_name,
-        " serves ", env_.protocol, " (start every worker with the same --protocol)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("RecvTensor with protocol '", Excerpt(request.protocol(), 64), "': worker ",
+                     env_.worker_name, " serves ", env_.protocol,
+                     " (start every worker with the same --protocol)"));
   }
   if (!InSameAddressSpace(key.src(), env_.worker)) {
-    return absl::InvalidArgumentError(absl::StrCat("RecvTensor of '", key.FullKey(),
+    return absl::InvalidArgumentError(absl::StrCat("RecvTensor of '", Excerpt(key.FullKey()),
                                                    "' sent to ", env_.worker_name,
                                                    ", but its source device is not on it"));
   }
   if (key.src_incarnation() != env_.incarnation) {
     return absl::AbortedError(absl::StrCat(
-        "RecvTensor of '", key.FullKey(), "': worker ", env_.worker_name,
+        "RecvTensor of '", Excerpt(key.FullKey()), "': worker ", env_.worker_name,
         " has incarnation ", FormatIncarnation(env_.incarnation),
         ", the key names ", FormatIncarnation(key.src_incarnation()),
         "; the worker job was probably restarted"));
@@ -590,6 +621,13 @@ absl::Status WorkerServer::Impl::Produce(const ProduceRequest& request) {
       RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeFromEnumValue(item.dtype()));
       const std::vector<int64_t> dims(item.dims().begin(), item.dims().end());
       RDV_ASSIGN_OR_RETURN(const TensorShape shape, TensorShape::Create(dims));
+      RDV_ASSIGN_OR_RETURN(const size_t bytes, TensorBytes(dtype, shape.num_elements()));
+      if (bytes > env_.options.max_tensor_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat("Produce of a ", bytes,
+                                                       "-byte tensor; the most is ",
+                                                       env_.options.max_tensor_bytes,
+                                                       " (RDV_MAX_TENSOR_BYTES)"));
+      }
       const MemoryLocation where =
           key.src().IsGpu() ? MemoryLocation::Cuda(key.src().id) : MemoryLocation::Host();
       std::lock_guard lock(mu_);
@@ -791,6 +829,8 @@ absl::StatusOr<WorkerServer::Impl::HeldValue> WorkerServer::Impl::TakeHeldValue(
 }
 
 absl::Status WorkerServer::Impl::Start() {
+  RDV_RETURN_IF_ERROR(CheckExposure(options_.listen_address, env_.options.security,
+                                    absl::StrCat("worker ", env_.worker_name)));
   RDV_RETURN_IF_ERROR(cuda::CheckSettings());
   if (options_.protocol != kProtocolGrpc) {
     RDV_ASSIGN_OR_RETURN(DataPlaneOptions plane_options, DataPlaneOptions::FromEnvironment());
@@ -799,10 +839,11 @@ absl::Status WorkerServer::Impl::Start() {
   }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options_.listen_address, ServerCredentialsFor(env_.options.security),
+                           &port);
   builder.RegisterService(&worker_service_);
   if (options_.enable_driver) builder.RegisterService(&driver_service_);
-  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
   builder.SetMaxSendMessageSize(-1);
   // Peers ping often to notice a dead worker quickly (PeerChannelArguments).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10);

@@ -4,7 +4,9 @@
 // runs a partition on the step's rendezvous), and the DriverService when
 // enabled. One per process; embeddable (rdv-worker runs
 // one). Start binds and serves on gRPC's threads; the destructor shuts the
-// server down and cleans up every step.
+// server down and cleans up every step. Every RPC first passes the door of
+// options.control.security (control/security.h): a caller that is not a
+// member gets UNAUTHENTICATED.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +37,9 @@ struct WorkerServerOptions {
 
 class WorkerServer {
  public:
-  // INVALID_ARGUMENT for bad options; UNAVAILABLE when the address cannot
-  // be bound.
+  // INVALID_ARGUMENT for bad options; FAILED_PRECONDITION for a listen
+  // address reachable from other hosts without TLS and a token (unless
+  // allow_insecure); UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(WorkerServerOptions options);
   ~WorkerServer();
   WorkerServer(const WorkerServer&) = delete;

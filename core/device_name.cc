@@ -12,7 +12,8 @@ namespace rdv {
 namespace {
 
 absl::Status BadName(absl::string_view name, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("invalid device name '", name, "': ", why));
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid device name '", Excerpt(name, 128), "': ", why));
 }
 
 bool IsIdentifier(absl::string_view s) {
@@ -78,7 +79,7 @@ class NameParser {
     RDV_RETURN_IF_ERROR(Advance(Part::kDevice, "device"));
     const size_t colon = part.rfind(':');
     if (colon == absl::string_view::npos) {
-      if (legacy) return BadName(name_, absl::StrCat("unknown part '", part, "'"));
+      if (legacy) return BadName(name_, absl::StrCat("unknown part '", Excerpt(part, 64), "'"));
       if (!IsIdentifier(part)) return BadName(name_, "device type must be an identifier");
       out_.has_type = true;
       out_.type = std::string(part);
@@ -88,7 +89,7 @@ class NameParser {
     if (legacy) {
       const std::string lower = absl::AsciiStrToLower(type);
       if (lower != "cpu" && lower != "gpu") {
-        return BadName(name_, absl::StrCat("unknown part '", part, "'"));
+        return BadName(name_, absl::StrCat("unknown part '", Excerpt(part, 64), "'"));
       }
       type = absl::AsciiStrToUpper(type);
     }
@@ -104,7 +105,7 @@ class NameParser {
 
   absl::Status Advance(Part part, absl::string_view what) {
     if (seen_any_ && part <= last_) {
-      return BadName(name_, absl::StrCat("'", what, "' repeated or out of order"));
+      return BadName(name_, absl::StrCat("'", Excerpt(what, 64), "' repeated or out of order"));
     }
     seen_any_ = true;
     last_ = part;

@@ -11,7 +11,8 @@ namespace {
 constexpr int kKeyParts = 5;
 
 absl::Status BadKey(absl::string_view key, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("Invalid rendezvous key '", key, "': ", why));
+  return absl::InvalidArgumentError(
+      absl::StrCat("Invalid rendezvous key '", Excerpt(key), "': ", why));
 }
 
 bool ParseHex(absl::string_view s, uint64_t* out) {
@@ -52,6 +53,10 @@ std::string CreateRendezvousKey(absl::string_view src_device, uint64_t src_incar
 }
 
 absl::StatusOr<ParsedKey> ParsedKey::Parse(absl::string_view key) {
+  if (key.size() > kMaxKeyBytes) {
+    return BadKey(key, absl::StrCat("it has ", key.size(), " bytes; the most rdv accepts is ",
+                                    kMaxKeyBytes));
+  }
   ParsedKey out;
   out.key_ = std::string(key);
   std::array<Span, kKeyParts> parts;

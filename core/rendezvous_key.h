@@ -26,14 +26,20 @@ std::string CreateRendezvousKey(absl::string_view src_device, uint64_t src_incar
                                 absl::string_view dst_device, absl::string_view name,
                                 FrameAndIter frame_iter = {});
 
+// The longest key Parse accepts. TensorFlow's keys are two device names, a
+// tensor name and a frame; a longer one is a mistake or an attack, and
+// refusing it keeps what a peer can make a worker hold small.
+inline constexpr size_t kMaxKeyBytes = 4096;
+
 // A validated key. It owns a copy of the key string; the string_view
 // accessors point into that copy and stay valid as long as this object (and
 // its copies, which hold their own string) live.
 class ParsedKey {
  public:
-  // INVALID_ARGUMENT "Invalid rendezvous key '<key>': <why>" unless the key
-  // has exactly five ';'-separated parts, full device names in parts 0 and
-  // 2, 1 to 16 hex digits in part 1, and non-empty parts 3 and 4.
+  // INVALID_ARGUMENT "Invalid rendezvous key '<key>': <why>" (the key cut to
+  // an Excerpt) unless the key has at most kMaxKeyBytes, exactly five
+  // ';'-separated parts, full device names in parts 0 and 2, 1 to 16 hex
+  // digits in part 1, and non-empty parts 3 and 4.
   static absl::StatusOr<ParsedKey> Parse(absl::string_view key);
 
   absl::string_view FullKey() const { return key_; }

@@ -4,8 +4,21 @@
 // lost peer, FAILED_PRECONDITION for a missing capability (no CUDA).
 #pragma once
 
+#include <cstddef>
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace rdv {
+
+// `text` as an error message may quote it: C-escaped, at most `max_bytes`
+// of escaped text, and when cut, "...(N bytes)" after it. What a peer sent
+// may be huge or binary; an error that echoed it whole would be too.
+std::string Excerpt(absl::string_view text, size_t max_bytes = 256);
+
+}  // namespace rdv
 
 #define RDV_STATUS_CONCAT_INNER(a, b) a##b
 #define RDV_STATUS_CONCAT(a, b) RDV_STATUS_CONCAT_INNER(a, b)

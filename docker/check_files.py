@@ -3,7 +3,7 @@
 compose files parse and describe a server and a client of the rdv image
 with what their form needs (host network: NET_ADMIN and an rxe device of
 its own; bridge: one uverbs device, no privileges, reached at its own
-address); the Dockerfile builds with the project's own set-up and build
+address; both: TLS and a token); the Dockerfile builds with the project's own set-up and build
 scripts; the scripts are valid bash. tests/docker runs them for real.
 
 usage: check_files.py DOCKER_DIR"""
@@ -33,6 +33,9 @@ def services_of(name):
         check(service.get("command") == role, f"{name}: {role} command")
         check(service.get("ulimits", {}).get("memlock") == -1, f"{name}: {role} memlock")
         check("RDV_LISTEN_HOST" in service.get("environment", {}), f"{name}: {role} listen host")
+        check({"RDV_TLS_CERT", "RDV_TLS_KEY", "RDV_TLS_CA", "RDV_CLUSTER_TOKEN_FILE"}
+              <= set(service.get("environment", {})),
+              f"{name}: {role} does not pass the door (TLS and a token, docs/security.md)")
     client = services.get("client", {})
     check(client.get("depends_on") == ["server"], f"{name}: client order")
     check("RDV_SERVER_HOST" in client.get("environment", {}), f"{name}: client has no server")

@@ -111,6 +111,12 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     options.protocol = GetParam().protocol;
     options.cluster = *ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1");
     options.control.peer_timeout = kPeerTimeout;
+    // The door the environment sets up (tests/control/CMakeLists.txt runs
+    // the suite once more with TLS and a token), for the producer too.
+    absl::StatusOr<SecurityOptions> security = SecurityOptions::FromEnvironment();
+    ASSERT_TRUE(security.ok()) << security.status();
+    options.control.security = *std::move(security);
+    security_ = options.control.security;
     auto consumer = WorkerServer::Start(options);
     ASSERT_TRUE(consumer.ok()) << consumer.status();
     consumer_ = *std::move(consumer);
@@ -136,12 +142,11 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     ASSERT_TRUE(producer.ok()) << producer.status();
     producer_ = *std::move(producer);
     consumer_->worker_cache().SetAddress("worker", 0, producer_->address());
-    driver_ = DriverService::NewStub(grpc::CreateChannel(producer_->address(),
-                                                          grpc::InsecureChannelCredentials()));
+    driver_ = DriverService::NewStub(
+        CreateMemberChannel(producer_->address(), security_, grpc::ChannelArguments()));
     // rdv's own settings: messages of a whole stream chunk, for one.
-    worker_stub_ = WorkerService::NewStub(grpc::CreateCustomChannel(
-        producer_->address(), grpc::InsecureChannelCredentials(),
-        PeerChannelArguments(ControlOptions{})));
+    worker_stub_ = WorkerService::NewStub(CreateMemberChannel(
+        producer_->address(), security_, PeerChannelArguments(ControlOptions{})));
   }
 
   // What the producer runs under beside its own host's environment: this
@@ -306,6 +311,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
   ScopedEnv rdma_env_;  // declared first: restored after the workers are gone
   EnvChanges extra_producer_env_;
   std::unique_ptr<WorkerServer> consumer_;
+  SecurityOptions security_;
   std::unique_ptr<WorkerProcess> producer_;
   std::unique_ptr<DriverService::Stub> driver_;
   std::unique_ptr<WorkerService::Stub> worker_stub_;

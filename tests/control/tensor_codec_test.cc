@@ -1,6 +1,10 @@
 #include "control/tensor_codec.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "control/tensor_pattern.h"
+#include "tests/control/forged_chunk.h"
 #include "gtest/gtest.h"
 
 namespace rdv::control {
@@ -105,11 +109,93 @@ TEST(TensorCodecTest, RejectsCudaIpcDescriptorsNotAskedFor) {
   {
     meta.mutable_cuda_ipc()->set_length(4999);
     TensorDecoder decoder({.stream = HostAllocator(), .transport = nullptr,
-                           .cuda_ipc = HostAllocator()});
+                           .cuda_ipc = HostAllocator()},
+                          /*max_tensor_bytes=*/1 << 20);
     grpc::ByteBuffer only = EncodeChunk(&meta, none, 0, 0);
     EXPECT_EQ(decoder.Consume(&only).code(), absl::StatusCode::kDataLoss)
         << "a descriptor whose length differs from the tensor's";
   }
+}
+
+// A data length of 2^31 once turned negative in the decoder; now a chunk
+// that declares more than it carries is corrupt, whatever the meta says.
+TEST(TensorCodecTest, RefusesDataLengthsBeyondWhatArrived) {
+  const uint64_t bytes = (uint64_t{1} << 31) + 16;
+  const TensorMeta meta = ForgedMeta(DType::kUInt8, {static_cast<int64_t>(bytes)}, bytes);
+  for (const uint64_t declared : {uint64_t{1} << 31, uint64_t{0xffffffff}, uint64_t{1000}}) {
+    TensorDecoder decoder;
+    grpc::ByteBuffer chunk = ForgedChunk(&meta, declared, std::string(100, 'x'));
+    const absl::Status status = decoder.Consume(&chunk);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << declared << ": " << status;
+  }
+}
+
+TEST(TensorCodecTest, RefusesADeadTensorWithPayload) {
+  TensorMeta meta = ForgedMeta(DType::kUInt8, {10}, 10);
+  meta.set_is_dead(true);
+  TensorDecoder decoder;
+  grpc::ByteBuffer chunk = ForgedChunk(&meta, 10, std::string(10, 'x'));
+  const absl::Status status = decoder.Consume(&chunk);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_NE(status.message().find("dead tensor"), std::string::npos) << status;
+}
+
+TEST(TensorCodecTest, RefusesATensorAboveTheLimitBeforeAllocating) {
+  const TensorMeta meta = ForgedMeta(DType::kFloat, {1 << 20}, 4 << 20);
+  TensorDecoder decoder({}, /*max_tensor_bytes=*/1 << 20);
+  grpc::ByteBuffer chunk = ForgedChunk(&meta, 0, "");
+  const absl::Status status = decoder.Consume(&chunk);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("RDV_MAX_TENSOR_BYTES"), std::string::npos) << status;
+  EXPECT_FALSE(decoder.tensor().IsInitialized());
+}
+
+// String tensors used to allocate their declared payload and elements
+// before any byte arrived.
+TEST(TensorCodecTest, RefusesStringTensorsThatCannotBeWhatTheyDeclare) {
+  {
+    TensorDecoder decoder;
+    const TensorMeta meta = ForgedMeta(DType::kString, {1}, uint64_t{1} << 40);
+    grpc::ByteBuffer chunk = ForgedChunk(&meta, 0, "");
+    EXPECT_EQ(decoder.Consume(&chunk).code(), absl::StatusCode::kResourceExhausted);
+  }
+  {
+    TensorDecoder decoder;
+    const TensorMeta meta = ForgedMeta(DType::kString, {int64_t{1} << 40}, 100);
+    grpc::ByteBuffer chunk = ForgedChunk(&meta, 0, "");
+    const absl::Status status = decoder.Consume(&chunk);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  }
+  {
+    // Legal sizes, lying stream: nothing is built from bytes that never came.
+    TensorDecoder decoder;
+    const TensorMeta meta = ForgedMeta(DType::kString, {1000}, uint64_t{1} << 30);
+    grpc::ByteBuffer chunk = ForgedChunk(&meta, 4000, std::string(4000, '\0'));
+    ASSERT_TRUE(decoder.Consume(&chunk).ok());
+    EXPECT_FALSE(decoder.tensor().IsInitialized());
+    EXPECT_EQ(decoder.Finish().status().code(), absl::StatusCode::kDataLoss);
+  }
+}
+
+TEST(TensorCodecTest, RefusesUnreadableMetas) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.WriteTag(RecvTensorChunk::kMetaFieldNumber << 3 | 2);
+    out.WriteVarint32(0xffffffff);
+    out.WriteRaw("abc", 3);
+  }
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer chunk(&slice, 1);
+  TensorDecoder decoder;
+  EXPECT_EQ(decoder.Consume(&chunk).code(), absl::StatusCode::kDataLoss);
+
+  TensorDecoder unknown_dtype;
+  const TensorMeta meta = ForgedMeta(static_cast<DType>(77), {4}, 4);
+  grpc::ByteBuffer with_unknown_dtype = ForgedChunk(&meta, 4, "abcd");
+  EXPECT_EQ(unknown_dtype.Consume(&with_unknown_dtype).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

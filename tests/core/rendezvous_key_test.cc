@@ -1,5 +1,6 @@
 #include "core/rendezvous_key.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace rdv {
@@ -87,6 +88,25 @@ TEST(RendezvousKeyTest, RejectsMalformedKeys) {
               absl::string_view::npos)
         << key.status();
   }
+}
+
+// A peer may send any bytes as a key: a long one is refused by its length,
+// and the error quotes a bounded, printable excerpt of it.
+TEST(RendezvousKeyTest, RejectsOverlongKeysWithABoundedExcerpt) {
+  const std::string d = "/job:w/replica:0/task:0/device:CPU:0";
+  const std::string prefix = d + ";0000000000000001;" + d + ";";
+  const std::string at_limit = prefix + std::string(kMaxKeyBytes - prefix.size() - 4, 'n') + ";0:0";
+  ASSERT_EQ(at_limit.size(), kMaxKeyBytes);
+  EXPECT_TRUE(ParsedKey::Parse(at_limit).ok());
+  std::string huge = prefix + std::string(1 << 20, '\xff') + ";0:0";
+  auto key = ParsedKey::Parse(huge);
+  EXPECT_EQ(key.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(key.status().message().size(), 2000u) << "the error must not echo the whole key";
+  EXPECT_NE(key.status().message().find(absl::StrCat(huge.size(), " bytes")),
+            absl::string_view::npos)
+      << key.status();
+  EXPECT_EQ(key.status().message().find('\xff'), absl::string_view::npos)
+      << "binary bytes are escaped";
 }
 
 }  // namespace

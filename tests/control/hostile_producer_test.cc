@@ -1,0 +1,149 @@
+// A real consumer worker receiving from a fake producer: a gRPC server on
+// loopback that answers every RecvTensor with forged bytes. Each malformed
+// answer fails its Recv (blocking and async) with a clear status, nothing
+// crashes (this suite runs under ASan), and the consumer goes on serving.
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include "absl/strings/str_cat.h"
+#include "control/protocol.h"
+#include "control/worker_server.h"
+#include "gtest/gtest.h"
+#include "tests/control/forged_chunk.h"
+#include "tests/test_util.h"
+
+namespace rdv::control {
+namespace {
+
+using rdv::testing::kWaitLimit;
+
+constexpr char kProducerCpu[] = "/job:worker/replica:0/task:0/device:CPU:0";
+constexpr char kConsumerCpu[] = "/job:worker/replica:0/task:1/device:CPU:0";
+
+// Answers every call with one message, the answer it is given, then OK.
+class FakeProducer final : public grpc::CallbackGenericService {
+ public:
+  void SetAnswer(grpc::ByteBuffer answer) {
+    std::lock_guard lock(mu_);
+    answer_ = std::move(answer);
+  }
+  grpc::ByteBuffer answer() {
+    std::lock_guard lock(mu_);
+    return answer_;
+  }
+
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
+    return new Reactor(answer());
+  }
+
+ private:
+  class Reactor final : public grpc::ServerGenericBidiReactor {
+   public:
+    explicit Reactor(grpc::ByteBuffer answer) : answer_(std::move(answer)) {
+      StartRead(&request_);
+    }
+    void OnReadDone(bool) override { StartWriteAndFinish(&answer_, {}, grpc::Status::OK); }
+    void OnDone() override { delete this; }
+
+   private:
+    grpc::ByteBuffer request_;
+    grpc::ByteBuffer answer_;
+  };
+
+  std::mutex mu_;
+  grpc::ByteBuffer answer_;  // guarded by mu_
+};
+
+class HostileProducerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterCallbackGenericService(&producer_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    WorkerServerOptions options;
+    options.task = 1;
+    options.cluster = *ClusterSpec::FromFlag(
+        absl::StrCat("worker=127.0.0.1:", port, ",127.0.0.1:0"));
+    options.control.max_tensor_bytes = uint64_t{4} << 30;
+    absl::StatusOr<std::unique_ptr<WorkerServer>> consumer = WorkerServer::Start(options);
+    ASSERT_TRUE(consumer.ok()) << consumer.status();
+    consumer_ = *std::move(consumer);
+  }
+
+  void TearDown() override {
+    consumer_.reset();
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  // Answers with `chunk` and receives, blocking and then async, in a step
+  // of its own: both statuses must have `code`.
+  void ExpectRecvFails(grpc::ByteBuffer chunk, absl::StatusCode code, const char* what) {
+    producer_.SetAnswer(std::move(chunk));
+    const int64_t step = ++steps_;
+    const ParsedKey key = *ParsedKey::Parse(
+        CreateRendezvousKey(kProducerCpu, 1, kConsumerCpu, absl::StrCat("edge_", step)));
+    std::shared_ptr<Rendezvous> rendezvous = consumer_->rendezvous_mgr().Find(step);
+    Tensor value;
+    bool is_dead = false;
+    const absl::Status blocking = rendezvous->Recv(key, {}, &value, &is_dead, kWaitLimit);
+    EXPECT_EQ(blocking.code(), code) << what << ", blocking Recv: " << blocking;
+    rdv::testing::RecvResult async;
+    rendezvous->RecvAsync(key, {}, async.Capture());
+    ASSERT_TRUE(async.Wait()) << what;
+    EXPECT_EQ(async.status.code(), code) << what << ", RecvAsync: " << async.status;
+    consumer_->rendezvous_mgr().Cleanup(step);
+  }
+
+  FakeProducer producer_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<WorkerServer> consumer_;
+  int64_t steps_ = 0;
+};
+
+TEST_F(HostileProducerTest, MalformedAnswersFailTheRecvAndTheConsumerServesOn) {
+  TensorMeta dead = ForgedMeta(DType::kUInt8, {10}, 10);
+  dead.set_is_dead(true);
+  ExpectRecvFails(ForgedChunk(&dead, 10, std::string(10, 'x')), absl::StatusCode::kDataLoss,
+                  "a dead tensor with payload bytes");
+
+  const uint64_t two_gib = (uint64_t{1} << 31) + 16;
+  const TensorMeta large = ForgedMeta(DType::kUInt8, {static_cast<int64_t>(two_gib)}, two_gib);
+  ExpectRecvFails(ForgedChunk(&large, uint64_t{1} << 31, std::string(100, 'x')),
+                  absl::StatusCode::kDataLoss, "a data field of 2^31 bytes carrying 100");
+
+  const TensorMeta strings = ForgedMeta(DType::kString, {1}, uint64_t{1} << 40);
+  ExpectRecvFails(ForgedChunk(&strings, 0, ""), absl::StatusCode::kResourceExhausted,
+                  "a string tensor of 2^40 payload bytes");
+
+  const TensorMeta huge = ForgedMeta(DType::kFloat, {int64_t{1} << 31}, uint64_t{1} << 33);
+  ExpectRecvFails(ForgedChunk(&huge, 0, ""), absl::StatusCode::kResourceExhausted,
+                  "a tensor above RDV_MAX_TENSOR_BYTES");
+
+  grpc::Slice garbage(std::string("\x0a\xff\xff\xff\xff\x0f garbage", 14));
+  ExpectRecvFails(grpc::ByteBuffer(&garbage, 1), absl::StatusCode::kDataLoss, "garbage");
+
+  // Still serving: a well-formed answer arrives byte-exact.
+  const TensorMeta good = ForgedMeta(DType::kUInt8, {4}, 4);
+  producer_.SetAnswer(ForgedChunk(&good, 4, "abcd"));
+  const ParsedKey key =
+      *ParsedKey::Parse(CreateRendezvousKey(kProducerCpu, 1, kConsumerCpu, "edge_good"));
+  Tensor value;
+  bool is_dead = true;
+  const absl::Status status =
+      consumer_->rendezvous_mgr().Find(100)->Recv(key, {}, &value, &is_dead, kWaitLimit);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_FALSE(is_dead);
+  EXPECT_EQ(std::string(static_cast<const char*>(value.data()), value.TotalBytes()), "abcd");
+}
+
+}  // namespace
+}  // namespace rdv::control
