@@ -26,8 +26,11 @@ grpc::ChannelArguments PeerChannelArguments(const ControlOptions& options) {
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // gRPC also takes the minimum backoff as the time one connection attempt
   // may take (TCP and HTTP/2 handshake): a quarter of the peer timeout lets
-  // a loaded or emulated host connect, and still retries a few times.
-  const int attempt_ms = std::clamp(half_timeout_ms / 2, 200, 5000);
+  // a loaded or emulated host connect, and still retries a few times. A TLS
+  // handshake (two more round trips and the key exchange on both sides)
+  // gets half of it: under emulation a quarter of 2 s was seen to run out.
+  const int attempt_ms = std::clamp(options.security.tls() ? half_timeout_ms : half_timeout_ms / 2,
+                                    200, 5000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, attempt_ms);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, attempt_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, std::max(attempt_ms, 1000));

@@ -145,8 +145,10 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     driver_ = DriverService::NewStub(
         CreateMemberChannel(producer_->address(), security_, grpc::ChannelArguments()));
     // rdv's own settings: messages of a whole stream chunk, for one.
-    worker_stub_ = WorkerService::NewStub(CreateMemberChannel(
-        producer_->address(), security_, PeerChannelArguments(ControlOptions{})));
+    ControlOptions control;
+    control.security = security_;
+    worker_stub_ = WorkerService::NewStub(
+        CreateMemberChannel(producer_->address(), security_, PeerChannelArguments(control)));
   }
 
   // What the producer runs under beside its own host's environment: this
