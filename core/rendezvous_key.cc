@@ -33,7 +33,7 @@ absl::StatusOr<DeviceName> ParseKeyDevice(absl::string_view key, absl::string_vi
   absl::StatusOr<DeviceName> name = DeviceName::Parse(device);
   if (!name.ok()) return BadKey(key, name.status().message());
   if (!name->IsFullySpecified()) {
-    return BadKey(key, absl::StrCat(which, " device '", device,
+    return BadKey(key, absl::StrCat(which, " device '", Excerpt(device, 128),
                                     "' must name job, replica, task, type and id"));
   }
   return name;

@@ -107,6 +107,12 @@ TEST(RendezvousKeyTest, RejectsOverlongKeysWithABoundedExcerpt) {
       << key.status();
   EXPECT_EQ(key.status().message().find('\xff'), absl::string_view::npos)
       << "binary bytes are escaped";
+  // Found by fuzz/rendezvous_key_fuzzer: a device name of thousands of
+  // bytes was echoed whole inside the key's error.
+  const std::string long_device = "/job:" + std::string(3000, 'j');
+  key = ParsedKey::Parse(long_device + ";0000000000000001;" + d + ";n;0:0");
+  EXPECT_EQ(key.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(key.status().message().size(), 1024u) << key.status();
 }
 
 }  // namespace
