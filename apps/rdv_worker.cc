@@ -75,17 +75,25 @@ absl::StatusOr<rdv::control::ClusterSpec> ReadCluster() {
   return absl::InvalidArgumentError("--cluster or --cluster_file is required");
 }
 
-// The door's settings: the environment's, each file overridden by its flag.
-absl::StatusOr<rdv::control::SecurityOptions> ReadSecurity() {
+// The door's settings: `from_environment`, read again only when a flag
+// names a file in place of its variable's.
+absl::StatusOr<rdv::control::SecurityOptions> ReadSecurity(
+    rdv::control::SecurityOptions from_environment) {
   rdv::control::SecurityFiles files = rdv::control::SecurityFiles::FromEnvironment();
+  bool flagged = false;
   for (auto [flag, file] : {std::pair{&FLAGS_tls_cert, &files.tls_cert},
                             std::pair{&FLAGS_tls_key, &files.tls_key},
                             std::pair{&FLAGS_tls_ca, &files.tls_ca},
                             std::pair{&FLAGS_cluster_token_file, &files.token_file}}) {
-    if (std::string value = absl::GetFlag(*flag); !value.empty()) *file = std::move(value);
+    if (std::string value = absl::GetFlag(*flag); !value.empty()) {
+      *file = std::move(value);
+      flagged = true;
+    }
   }
-  RDV_ASSIGN_OR_RETURN(rdv::control::SecurityOptions security,
-                       rdv::control::SecurityOptions::Load(files));
+  rdv::control::SecurityOptions security = std::move(from_environment);
+  if (flagged) {
+    RDV_ASSIGN_OR_RETURN(security, rdv::control::SecurityOptions::Load(files));
+  }
   if (absl::GetFlag(FLAGS_allow_insecure)) security.allow_insecure = true;
   return security;
 }
@@ -98,7 +106,7 @@ absl::Status Run() {
   options.protocol = absl::GetFlag(FLAGS_protocol);
   RDV_ASSIGN_OR_RETURN(options.cluster, ReadCluster());
   RDV_ASSIGN_OR_RETURN(options.control, rdv::control::ControlOptions::FromEnvironment());
-  RDV_ASSIGN_OR_RETURN(options.control.security, ReadSecurity());
+  RDV_ASSIGN_OR_RETURN(options.control.security, ReadSecurity(options.control.security));
   options.listen_address = absl::GetFlag(FLAGS_listen);
   if (options.listen_address.empty()) {
     RDV_ASSIGN_OR_RETURN(options.listen_address,
