@@ -139,10 +139,13 @@ void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
     return;
   }
   const std::string& address = descriptor.producer_transport_address();
+  fetches_in_flight_->fetch_add(1);
   // The destination stays alive until the transport is done with it.
   // A failed transfer may leave its endpoint out of service (a verbs QP in
   // the error state): the next transfer connects anew.
-  auto on_done = [this, address, destination, done = std::move(done)](absl::Status status) mutable {
+  auto on_done = [this, address, destination, in_flight = fetches_in_flight_,
+                  done = std::move(done)](absl::Status status) mutable {
+    in_flight->fetch_sub(1);
     if (!status.ok() && !absl::IsCancelled(status)) ForgetEndpoint(address);
     // Let go first: the Recv may end, and its next one allocate, before
     // the transport drops this callback.
@@ -166,6 +169,24 @@ void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
                    on_done = std::move(on_done)](absl::Status status) mutable {
                     std::move(on_done)(std::move(status));
                   });
+}
+
+void DataPlane::CancelFetch(const TransportDescriptor& descriptor, bool producer_lost) {
+  if (descriptor.op() == RDV_TRANSPORT_OP_TAG) {
+    // NOT_FOUND: it ended, or its bytes are arriving and end it soon (with
+    // an error if the sender is lost: UCX's tcp endpoints notice).
+    transport_->CancelRecv(descriptor.transfer_id()).IgnoreError();
+  }
+  if (!producer_lost) return;
+  std::shared_ptr<plugin::TransportEndpoint> endpoint;
+  {
+    std::lock_guard lock(mu_);
+    auto it = endpoints_.find(descriptor.producer_transport_address());
+    if (it == endpoints_.end()) return;
+    endpoint = std::move(it->second);
+    endpoints_.erase(it);
+  }
+  endpoint->Abort();
 }
 
 absl::StatusOr<plugin::Registration> DataPlane::LocalMemory(const Tensor& destination) {

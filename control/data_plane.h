@@ -10,6 +10,7 @@
 // Consumer: Fetch() moves the described bytes into a destination tensor.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -68,11 +69,18 @@ class DataPlane {
   // thread.
   void Fetch(const TransportDescriptor& descriptor, Tensor destination,
              plugin::TransportDone done);
+  // Ends a Fetch early: its tagged receive, if no send matched it yet, is
+  // cancelled; with `producer_lost`, the endpoint to the producer is
+  // aborted, which ends its gets (and any other transfer on it). The
+  // Fetch's `done` still runs, once, when the transport lets go.
+  void CancelFetch(const TransportDescriptor& descriptor, bool producer_lost);
   // Where a tensor bound for `destination` is received: that GPU's memory
   // when the transport reaches it (GPUDirect), else the host pool.
   std::shared_ptr<Allocator> ReceiveAllocator(MemoryLocation destination) const;
   // GPU tensors are offered and received in place, without staging.
   bool MovesCudaMemory() const;
+  // Fetches posted whose transport has not let go of them yet.
+  int64_t fetches_in_flight() const { return fetches_in_flight_->load(); }
 
  private:
   DataPlane(std::string protocol, DataPlaneOptions options,
@@ -90,6 +98,9 @@ class DataPlane {
   std::string local_address_;
 
   HeldTransfers held_;
+  // Shared with the fetches' callbacks, which may outlive the data plane.
+  const std::shared_ptr<std::atomic<int64_t>> fetches_in_flight_ =
+      std::make_shared<std::atomic<int64_t>>(0);
 
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<plugin::TransportEndpoint>> endpoints_;  // mu_

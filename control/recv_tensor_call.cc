@@ -62,19 +62,104 @@ TensorDecoder::Allocators DecoderAllocators(DataPlane* data_plane,
   return allocators;
 }
 
-// Starts the copy a RecvTensor answer described (data-plane transfer or
-// CUDA IPC) into the decoder's tensor; `done` runs once, on the transport's
-// or CUDA's thread, or at once on error.
-void StartSideTransfer(DataPlane* data_plane, const TensorDecoder& decoder,
-                       absl::AnyInvocable<void(absl::Status) &&> done) {
+}  // namespace
+
+std::shared_ptr<SideTransfer> SideTransfer::Start(std::shared_ptr<WorkerClient> worker,
+                                                  DataPlane* data_plane,
+                                                  const TensorDecoder& decoder, Done done) {
+  std::shared_ptr<SideTransfer> transfer(new SideTransfer(std::move(worker), data_plane,
+                                                          std::move(done)));
+  auto on_done = [transfer](absl::Status status) { transfer->TransportDone(std::move(status)); };
   if (decoder.has_cuda_ipc()) {
-    FetchByCudaIpc(decoder.meta().cuda_ipc(), decoder.tensor(), std::move(done));
-    return;
+    FetchByCudaIpc(decoder.meta().cuda_ipc(), decoder.tensor(), std::move(on_done));
+    return transfer;
   }
-  data_plane->Fetch(decoder.meta().transport(), decoder.tensor(), std::move(done));
+  transfer->descriptor_ = decoder.meta().transport();
+  const uint64_t watch_id = transfer->worker_->watch->Watch(
+      [weak = std::weak_ptr<SideTransfer>(transfer)](const absl::Status& status) {
+        if (std::shared_ptr<SideTransfer> told = weak.lock()) told->Told(status);
+      });
+  {
+    std::lock_guard lock(transfer->mu_);
+    transfer->watch_id_ = watch_id;
+  }
+  data_plane->Fetch(transfer->descriptor_, decoder.tensor(), std::move(on_done));
+  bool lost_meanwhile = false;
+  {
+    std::lock_guard lock(transfer->mu_);
+    lost_meanwhile = transfer->producer_lost_;
+  }
+  // Lost before the fetch was posted: what it posted waits for nobody.
+  if (lost_meanwhile) data_plane->CancelFetch(transfer->descriptor_, true);
+  return transfer;
 }
 
-}  // namespace
+SideTransfer::SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane, Done done)
+    : worker_(std::move(worker)), data_plane_(data_plane), done_(std::move(done)) {}
+
+bool SideTransfer::Claim() {
+  std::lock_guard lock(mu_);
+  if (ended_) return false;
+  ended_ = true;
+  return true;
+}
+
+void SideTransfer::Unwatch() {
+  uint64_t id = 0;
+  {
+    std::lock_guard lock(mu_);
+    id = std::exchange(watch_id_, 0);
+  }
+  if (id != 0) worker_->watch->Unwatch(id);
+}
+
+void SideTransfer::TransportDone(absl::Status status) {
+  Unwatch();
+  if (Claim()) std::move(done_)(std::move(status));
+}
+
+void SideTransfer::Told(const absl::Status& status) {
+  const bool lost = !absl::IsDeadlineExceeded(status);
+  absl::Duration limit;
+  {
+    std::lock_guard lock(mu_);
+    if (ended_) return;
+    limit = arrival_limit_;
+    ended_ = true;
+    producer_lost_ = lost;
+    watch_id_ = 0;
+  }
+  data_plane_->CancelFetch(descriptor_, lost);
+  if (lost) {
+    std::move(done_)(status);
+    return;
+  }
+  std::move(done_)(absl::DataLossError(absl::StrCat(
+      "worker ", worker_->worker_name, " reported its send of ", descriptor_.length(),
+      " bytes done, but they did not arrive within ", absl::FormatDuration(limit))));
+}
+
+void SideTransfer::ExpectArrivalWithin(absl::Duration limit) {
+  if (descriptor_.op() != RDV_TRANSPORT_OP_TAG) return;
+  uint64_t id = 0;
+  {
+    std::lock_guard lock(mu_);
+    arrival_limit_ = limit;
+    id = watch_id_;
+  }
+  if (id != 0) worker_->watch->SetDeadline(id, absl::Now() + limit);
+}
+
+void SideTransfer::Cancel() {
+  if (descriptor_.producer_transport_address().empty()) return;  // a CUDA IPC copy
+  data_plane_->CancelFetch(descriptor_, false);
+}
+
+void SideTransfer::End(absl::Status status) {
+  Cancel();
+  Unwatch();
+  if (Claim()) std::move(done_)(std::move(status));
+}
 
 // Joins the end of the RecvTensor stream with the end of the data-plane
 // transfer it described. A stream that fails first finishes the Recv at
@@ -151,12 +236,16 @@ void RecvTensorCall::Start() {
   StartCall();
 }
 
+// Called under the rendezvous' lock: nothing here may finish the call.
 void RecvTensorCall::Abort(const absl::Status& status) {
   {
     std::lock_guard lock(mu_);
     if (abort_status_.ok()) abort_status_ = status;
   }
   context_.TryCancel();
+  // A tagged receive ends at once; a get on a live peer finishes soon, on a
+  // lost one the peer watch ends it.
+  CancelSideTransfer();
 }
 
 void RecvTensorCall::OnReadDone(bool ok) {
@@ -177,21 +266,32 @@ void RecvTensorCall::OnReadDone(bool ok) {
   }
 }
 
+// Runs in a reaction, so before OnDone: the transfer's end cannot finish
+// the call (and delete it) before this returns.
 void RecvTensorCall::StartFetch() {
+  {
+    std::lock_guard lock(mu_);
+    if (!abort_status_.ok()) return;  // the stream ends with it
+  }
   {
     std::lock_guard lock(join_->mu);
     join_->transport_started = true;
   }
-  StartSideTransfer(data_plane_, decoder_, [this, join = join_](absl::Status status) {
-    {
-      std::lock_guard lock(join->mu);
-      join->transport_done = true;
-      join->transport_status = std::move(status);
-      if (join->finished || !join->stream_done) return;
-      join->finished = true;
-    }
-    Finish();
-  });
+  std::shared_ptr<SideTransfer> side = SideTransfer::Start(
+      worker_, data_plane_, decoder_, [this, join = join_](absl::Status status) {
+        {
+          std::lock_guard lock(join->mu);
+          join->transport_done = true;
+          join->transport_status = std::move(status);
+          if (join->finished || !join->stream_done) return;
+          join->finished = true;
+        }
+        Finish();
+      });
+  std::lock_guard lock(mu_);
+  side_ = std::move(side);
+  // Aborted meanwhile: its Abort found no transfer to cancel.
+  if (!abort_status_.ok()) side_->Cancel();
 }
 
 absl::Status RecvTensorStatus(const WorkerClient& worker, const grpc::Status& status,
@@ -212,14 +312,35 @@ absl::Status RecvTensorCall::FinalStatus(const grpc::Status& status) {
 
 void RecvTensorCall::OnDone(const grpc::Status& grpc_status) {
   const absl::Status status = FinalStatus(grpc_status);
+  bool transfer_pending = false;
   {
     std::lock_guard lock(join_->mu);
     join_->stream_done = true;
     join_->stream_status = status;
-    if (join_->transport_started && !join_->transport_done && status.ok()) return;
+    transfer_pending = join_->transport_started && !join_->transport_done;
+    if (transfer_pending && status.ok()) {
+      ExpectArrival();
+      return;
+    }
     join_->finished = true;
   }
+  // A tagged receive would wait for a send that failed.
+  if (transfer_pending) CancelSideTransfer();
   Finish();
+}
+
+void RecvTensorCall::CancelSideTransfer() {
+  std::shared_ptr<SideTransfer> side;
+  {
+    std::lock_guard lock(mu_);
+    side = side_;
+  }
+  if (side != nullptr) side->Cancel();
+}
+
+void RecvTensorCall::ExpectArrival() {
+  std::lock_guard lock(mu_);
+  if (side_ != nullptr) side_->ExpectArrivalWithin(worker_->peer_timeout);
 }
 
 void RecvTensorCall::Finish() {
@@ -320,13 +441,17 @@ bool BlockingRecvTensorCall::Withdrawn() {
 }
 
 void BlockingRecvTensorCall::Abort(const absl::Status& status) {
+  std::shared_ptr<SideTransfer> side;
   {
     std::lock_guard lock(mu_);
     if (abort_status_.ok()) abort_status_ = status;
+    side = side_;
   }
   // A context whose call has not started cancels it when it does.
   context_.TryCancel();
   fetch_held_context_.TryCancel();
+  // Only wakes Run's thread.
+  if (side != nullptr) side->End(status);
 }
 
 bool BlockingRecvTensorCall::AwaitAnswer(grpc::CompletionQueue* queue, void* tag,
@@ -428,8 +553,20 @@ absl::Status BlockingRecvTensorCall::ReceiveStream(const RecvTensorRequest& requ
   reader->Finish(&finished, &finished);
   AwaitTag(&queue, &finished);
   DrainQueue(&queue);
-  std::lock_guard lock(mu_);
-  return RecvTensorStatus(*worker_, finished, abort_status_);
+  std::shared_ptr<SideTransfer> side;
+  absl::Status status;
+  {
+    std::lock_guard lock(mu_);
+    status = RecvTensorStatus(*worker_, finished, abort_status_);
+    side = side_;
+  }
+  if (side == nullptr) return status;
+  if (status.ok()) {
+    side->ExpectArrivalWithin(peer_timeout_);
+  } else {
+    side->End(status);  // a tagged receive would wait for a send that failed
+  }
+  return status;
 }
 
 void BlockingRecvTensorCall::StartDescribedTransfer(const std::shared_ptr<Fetched>& fetched) {
@@ -437,10 +574,19 @@ void BlockingRecvTensorCall::StartDescribedTransfer(const std::shared_ptr<Fetche
     fetched->done.Notify();
     return;
   }
-  StartSideTransfer(data_plane_, *decoder_, [fetched](absl::Status status) {
-    fetched->status = std::move(status);
-    fetched->done.Notify();
-  });
+  std::shared_ptr<SideTransfer> side =
+      SideTransfer::Start(worker_, data_plane_, *decoder_, [fetched](absl::Status status) {
+        fetched->status = std::move(status);
+        fetched->done.Notify();
+      });
+  absl::Status aborted;
+  {
+    std::lock_guard lock(mu_);
+    side_ = side;
+    aborted = abort_status_;
+  }
+  // Aborted meanwhile: its Abort found no transfer to end.
+  if (!aborted.ok()) side->End(aborted);
 }
 
 absl::Status BlockingRecvTensorCall::Complete(Fetched& fetched, Tensor* tensor, bool* is_dead) {

@@ -84,6 +84,9 @@ absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerCache::Get(absl::string_view
       kRecvTensorMethod, grpc::internal::RpcMethod::NORMAL_RPC, client->channel);
   client->releases = std::make_shared<ReleaseBatcher>(client->channel);
   client->max_tensor_bytes = options_.max_tensor_bytes;
+  client->peer_timeout = options_.peer_timeout;
+  client->watch = std::make_unique<PeerWatch>(client->channel, client->worker_name, address,
+                                              options_.peer_timeout);
   clients_.emplace(worker_name, client);
   return client;
 }

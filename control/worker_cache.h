@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "control/cluster.h"
 #include "control/options.h"
+#include "control/peer_watch.h"
 #include "control/release_batcher.h"
 #include "control/worker.grpc.pb.h"
 
@@ -56,9 +57,15 @@ struct WorkerClient {
   std::shared_ptr<ReleaseBatcher> releases;
   // The largest tensor accepted from this worker (RDV_MAX_TENSOR_BYTES).
   uint64_t max_tensor_bytes = 0;
+  // How long this worker may be silent before it counts as lost
+  // (RDV_PEER_TIMEOUT_MS).
+  absl::Duration peer_timeout;
   // A call that holds this client Begins here when it starts and Ends only
   // after it dropped its reference.
   std::shared_ptr<CallsInFlight> calls = std::make_shared<CallsInFlight>();
+  // Bounds data-plane transfers from this worker by its life. Last: its
+  // thread uses the channel.
+  std::unique_ptr<PeerWatch> watch;
 };
 
 class WorkerCache {

@@ -1,9 +1,9 @@
-/* rdv's data-plane transport plugin ABI, version 1. Plain C: no C++ types,
+/* rdv's data-plane transport plugin ABI, version 2. Plain C: no C++ types,
  * no gRPC, no protobuf cross this boundary.
  *
  * A plugin is a shared library librdv_transport_<name>.so exporting one
  * symbol per ABI version it implements:
- *     const rdv_transport_v1_t* rdv_transport_v1(void);
+ *     const rdv_transport_v2_t* rdv_transport_v2(void);
  * Everything else in the library has hidden visibility.
  *
  * Extensibility: every params/attributes struct starts with a field mask;
@@ -30,8 +30,10 @@
 extern "C" {
 #endif
 
-#define RDV_TRANSPORT_ABI_VERSION 1
-#define RDV_TRANSPORT_ENTRY_V1 "rdv_transport_v1"
+/* Version 2 added abort and cancel_recv: a posted operation can always be
+ * ended, also when its peer died where the transport cannot notice it. */
+#define RDV_TRANSPORT_ABI_VERSION 2
+#define RDV_TRANSPORT_ENTRY_V2 "rdv_transport_v2"
 
 /* Status codes: the same numbers as absl::StatusCode. */
 enum {
@@ -103,9 +105,9 @@ typedef struct rdv_transport_attributes {
   char description[256];    /* e.g. the transports UCX chose */
 } rdv_transport_attributes_t;
 
-typedef struct rdv_transport_v1_ops {
+typedef struct rdv_transport_v2_ops {
   uint32_t abi_version; /* RDV_TRANSPORT_ABI_VERSION */
-  uint32_t struct_size; /* sizeof(rdv_transport_v1_t) as the plugin saw it */
+  uint32_t struct_size; /* sizeof(rdv_transport_v2_t) as the plugin saw it */
   const char* name;
 
   int (*init)(const rdv_transport_init_params_t* params, rdv_transport_context_t* context,
@@ -170,9 +172,25 @@ typedef struct rdv_transport_v1_ops {
   int (*post_recv)(rdv_transport_context_t context, void* local,
                    rdv_transport_memory_t local_memory, size_t length, uint64_t tag,
                    rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error);
-} rdv_transport_v1_t;
 
-typedef const rdv_transport_v1_t* (*rdv_transport_entry_v1_fn)(void);
+  /* Ends every operation in flight on the endpoint without waiting for the
+   * peer: each callback runs exactly once, on the progress thread, with
+   * CANCELLED (or its own result if it just finished); operations posted
+   * afterwards fail with UNAVAILABLE. Returns at once. For a peer rdv learned is
+   * lost (the control plane's liveness), over transports that cannot notice
+   * it themselves (UCX's shared memory) and would wait for it forever. Not
+   * for a live peer: the peer's side of a forced close may break. The
+   * handle stays valid until disconnect. May be called from a callback. */
+  void (*abort)(rdv_transport_endpoint_t endpoint);
+  /* Cancels the tagged receive posted under `tag` that no send has matched
+   * yet: its callback runs on the progress thread with CANCELLED (or its
+   * own result, if a send matched it meanwhile). Returns at once.
+   * NOT_FOUND when none waits (it completed, or its bytes are arriving: it
+   * then ends by itself, with an error if the sender is lost). */
+  int (*cancel_recv)(rdv_transport_context_t context, uint64_t tag, rdv_transport_error_t* error);
+} rdv_transport_v2_t;
+
+typedef const rdv_transport_v2_t* (*rdv_transport_entry_v2_fn)(void);
 
 #ifdef __cplusplus
 }

@@ -75,20 +75,20 @@ absl::StatusOr<std::shared_ptr<Transport>> Transport::Load(absl::string_view nam
   if (transport->library_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("cannot load ", path, ": ", dlerror()));
   }
-  void* entry = dlsym(transport->library_, RDV_TRANSPORT_ENTRY_V1);
+  void* entry = dlsym(transport->library_, RDV_TRANSPORT_ENTRY_V2);
   if (entry == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat(path, " has no symbol ", RDV_TRANSPORT_ENTRY_V1, " (rdv speaks transport ABI ",
+        absl::StrCat(path, " has no symbol ", RDV_TRANSPORT_ENTRY_V2, " (rdv speaks transport ABI ",
                      RDV_TRANSPORT_ABI_VERSION, ")"));
   }
-  transport->api_ = reinterpret_cast<rdv_transport_entry_v1_fn>(entry)();
+  transport->api_ = reinterpret_cast<rdv_transport_entry_v2_fn>(entry)();
   if (transport->api_ == nullptr || transport->api_->abi_version != RDV_TRANSPORT_ABI_VERSION ||
-      transport->api_->struct_size < sizeof(rdv_transport_v1_t)) {
+      transport->api_->struct_size < sizeof(rdv_transport_v2_t)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        path, ": ", RDV_TRANSPORT_ENTRY_V1, " reports ABI version ",
+        path, ": ", RDV_TRANSPORT_ENTRY_V2, " reports ABI version ",
         transport->api_ ? transport->api_->abi_version : 0, " (", 
         transport->api_ ? transport->api_->struct_size : 0, " bytes); rdv needs version ",
-        RDV_TRANSPORT_ABI_VERSION, " (", sizeof(rdv_transport_v1_t), " bytes)"));
+        RDV_TRANSPORT_ABI_VERSION, " (", sizeof(rdv_transport_v2_t), " bytes)"));
   }
   rdv_transport_init_params_t params{};
   params.field_mask = RDV_TRANSPORT_INIT_FIELD_LOG | RDV_TRANSPORT_INIT_FIELD_LOG_LEVEL;
@@ -107,6 +107,7 @@ absl::StatusOr<std::shared_ptr<Transport>> Transport::Load(absl::string_view nam
     return TransportStatus(code, error.message, absl::StrCat("querying ", path));
   }
   transport->preferred_op_ = attributes.preferred_op;
+  transport->supported_ops_ = attributes.ops;
   transport->description_ = attributes.description;
   transport->reaches_cuda_memory_ = (attributes.memory_types & RDV_TRANSPORT_MEMORY_CUDA) != 0;
   RDV_LOG(Info) << "transport " << name << " from " << path << ": " << transport->description_;
@@ -225,6 +226,15 @@ void Transport::Recv(void* local, size_t length, uint64_t tag, TransportDone don
     return api_->post_recv(context_, local, nullptr, length, tag, Trampoline, user, error);
   });
 }
+
+absl::Status Transport::CancelRecv(uint64_t tag) const {
+  rdv_transport_error_t error{};
+  const int code = api_->cancel_recv(context_, tag, &error);
+  if (code == RDV_TRANSPORT_OK) return absl::OkStatus();
+  return TransportStatus(code, error.message, absl::StrCat(name_, " cancel of a tagged recv"));
+}
+
+void TransportEndpoint::Abort() const { transport_->api_->abort(handle_); }
 
 TransportMemory::~TransportMemory() { transport_->api_->mem_release(handle_); }
 TransportEndpoint::~TransportEndpoint() { transport_->api_->disconnect(handle_); }

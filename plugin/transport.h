@@ -57,6 +57,9 @@ class TransportEndpoint {
   TransportEndpoint(const TransportEndpoint&) = delete;
   TransportEndpoint& operator=(const TransportEndpoint&) = delete;
   rdv_transport_endpoint_t handle() const { return handle_; }
+  // Ends what is in flight on it with CANCELLED, without waiting for the
+  // peer, and fails what is posted later: only for a peer known to be lost.
+  void Abort() const;
 
  private:
   friend class Transport;
@@ -83,6 +86,8 @@ class Transport : public std::enable_shared_from_this<Transport> {
   const std::string& name() const { return name_; }
   const std::string& description() const { return description_; }
   uint32_t preferred_op() const { return preferred_op_; }
+  // RDV_TRANSPORT_OP_* it offers.
+  uint32_t supported_ops() const { return supported_ops_; }
   // The transport moves CUDA device memory itself (GPUDirect RDMA, or
   // UCX's CUDA support); else GPU tensors stage through host memory.
   bool reaches_cuda_memory() const { return reaches_cuda_memory_; }
@@ -105,6 +110,9 @@ class Transport : public std::enable_shared_from_this<Transport> {
   void Send(const TransportEndpoint& endpoint, const void* local, size_t length, uint64_t tag,
             TransportDone done) const;
   void Recv(void* local, size_t length, uint64_t tag, TransportDone done) const;
+  // Ends the Recv waiting under `tag` with CANCELLED if no send matched it
+  // yet; NOT_FOUND when none waits (it ended, or its bytes are arriving).
+  absl::Status CancelRecv(uint64_t tag) const;
 
  private:
   friend class TransportMemory;
@@ -119,10 +127,11 @@ class Transport : public std::enable_shared_from_this<Transport> {
   std::string name_;
   std::string path_;
   void* library_ = nullptr;
-  const rdv_transport_v1_t* api_ = nullptr;
+  const rdv_transport_v2_t* api_ = nullptr;
   rdv_transport_context_t context_ = nullptr;
   std::string description_;
   uint32_t preferred_op_ = RDV_TRANSPORT_OP_GET;
+  uint32_t supported_ops_ = 0;
   bool reaches_cuda_memory_ = false;
 };
 

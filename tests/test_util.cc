@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace rdv::testing {
@@ -35,6 +36,15 @@ RecvDoneCallback RecvResult::Capture() {
     is_dead = dead;
     if (calls == 1) done.Notify();
   };
+}
+
+bool PollUntil(const std::function<bool()>& condition, absl::Duration limit) {
+  const absl::Time deadline = absl::Now() + limit;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Microseconds(200));
+  }
+  return true;
 }
 
 }  // namespace rdv::testing

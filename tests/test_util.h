@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct RecvResult {
   // Waits up to kWaitLimit; false on timeout.
   bool Wait() { return done.WaitForNotificationWithTimeout(kWaitLimit); }
 };
+
+// Looks at `condition` every 200 us until it holds (true) or `limit`
+// passes (false): for states a test can only observe, not wait on.
+bool PollUntil(const std::function<bool()>& condition, absl::Duration limit = kWaitLimit);
 
 }  // namespace rdv::testing
 

@@ -16,10 +16,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "plugin/plugin_support.h"
@@ -56,7 +59,18 @@ int UcxError(rdv_transport_error_t* error, ucs_status_t status, const char* what
   return SetError(error, CodeOf(status), "UCX %s: %s", what, ucs_status_string(status));
 }
 
+struct Context;
 struct Endpoint;
+struct Operation;
+
+// An endpoint's close in flight. A graceful close (disconnect) owns its
+// endpoint and frees it when done; an abort's endpoint lives on until
+// disconnect.
+struct Close {
+  Context* context = nullptr;
+  Endpoint* owned = nullptr;
+  void* request = nullptr;  // null until ucp_ep_close_nbx has returned it
+};
 
 struct Context {
   ucp_context_h ucp = nullptr;
@@ -71,11 +85,23 @@ struct Context {
   uint32_t preferred_op = RDV_TRANSPORT_OP_GET;
   bool cuda_memory = false;  // this UCX build has a CUDA memory domain
   std::string description;
-  // Endpoints whose graceful close is still in flight, with its request
-  // (null until ucp_ep_close_nbx has returned it).
+  // Closes still in flight.
   std::mutex closing_mu;
   std::condition_variable closed;
-  std::unordered_map<Endpoint*, void*> closing;  // closing_mu
+  std::unordered_map<Close*, void*> closing;  // closing_mu; Close -> its request
+  // Tagged receives no send has completed yet, by tag, for cancel_recv.
+  // Recursive: UCX may complete a receive inside ucp_tag_recv_nbx or
+  // ucp_request_cancel, on the thread that holds it.
+  std::recursive_mutex recvs_mu;
+  std::unordered_map<uint64_t, Operation*> recvs;  // recvs_mu
+  // Work for the progress thread: cancels and forced closes complete
+  // operations inline, and callbacks run on the progress thread only.
+  std::mutex tasks_mu;
+  std::vector<std::function<void()>> tasks;  // tasks_mu
+  std::atomic<bool> has_tasks{false};
+  // Operations an abort completed while UCX still held them (progress
+  // thread only): freed when UCX lets go, or at finalize.
+  std::unordered_set<Operation*> orphans;
 
   void Log(int level, const std::string& message) const {
     if (log != nullptr && level <= log_level) log(log_user, level, message.c_str());
@@ -83,6 +109,24 @@ struct Context {
   // Wakes the progress thread to pick up newly posted work.
   void Wake() const {
     if (!busy_poll) ucp_worker_signal(worker);
+  }
+  void RunOnProgressThread(std::function<void()> task) {
+    {
+      std::lock_guard lock(tasks_mu);
+      tasks.push_back(std::move(task));
+      has_tasks.store(true, std::memory_order_release);
+    }
+    ucp_worker_signal(worker);
+  }
+  void RunTasks() {
+    if (!has_tasks.load(std::memory_order_acquire)) return;
+    std::vector<std::function<void()>> taken;
+    {
+      std::lock_guard lock(tasks_mu);
+      taken.swap(tasks);
+      has_tasks.store(false, std::memory_order_relaxed);
+    }
+    for (auto& task : taken) task();
   }
 };
 
@@ -132,7 +176,11 @@ class RemoteKeyCache {
 
 struct Endpoint {
   Context* context = nullptr;
+  // Posts hold use_mu while they use ep; abort takes it away (null after).
+  // Recursive: UCX may complete an operation inside its post.
+  std::recursive_mutex use_mu;
   ucp_ep_h ep = nullptr;
+  std::unordered_set<Operation*> in_flight;  // use_mu: its posted operations
   std::atomic<ucs_status_t> failure{UCS_OK};
   RemoteKeyCache keys;
   // Reached through shared-memory transports only: their puts are in the
@@ -152,10 +200,32 @@ struct Memory {
 struct Operation {
   rdv_transport_completion_fn done;
   void* user;
+  Context* context = nullptr;
+  Endpoint* endpoint = nullptr;    // a get, put or send: tracked there until it ends
+  bool orphaned = false;           // completed by an abort; UCX has not let go yet
   ucp_ep_h flush_after = nullptr;  // a put: flushed once locally complete
+  Context* receiver = nullptr;     // a receive: its context, which tracks it
+  uint64_t tag = 0;                // a receive: its tag
+  void* request = nullptr;         // a receive: set once posted, under recvs_mu
 };
 
+// False for an operation an abort already completed: UCX let go of it at
+// last, and it is freed here.
+bool Untrack(Operation* op) {
+  if (op->orphaned) {
+    op->context->orphans.erase(op);
+    delete op;
+    return false;
+  }
+  if (op->endpoint != nullptr) {
+    std::lock_guard lock(op->endpoint->use_mu);
+    op->endpoint->in_flight.erase(op);
+  }
+  return true;
+}
+
 void Complete(Operation* op, ucs_status_t status) {
+  if (!Untrack(op)) return;
   if (status == UCS_OK) {
     op->done(op->user, RDV_TRANSPORT_OK, nullptr);
   } else {
@@ -175,7 +245,7 @@ void OnSendDone(void* request, ucs_status_t status, void* user) {
 void OnPutDone(void* request, ucs_status_t status, void* user) {
   ucp_request_free(request);
   auto* op = static_cast<Operation*>(user);
-  if (status != UCS_OK) {
+  if (status != UCS_OK || op->orphaned) {
     Complete(op, status);
     return;
   }
@@ -189,12 +259,22 @@ void OnPutDone(void* request, ucs_status_t status, void* user) {
 }
 
 void OnRecvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user) {
-  Complete(static_cast<Operation*>(user), status);
+  auto* op = static_cast<Operation*>(user);
+  {
+    // Out of cancel_recv's reach before the request goes.
+    std::lock_guard lock(op->receiver->recvs_mu);
+    if (auto it = op->receiver->recvs.find(op->tag);
+        it != op->receiver->recvs.end() && it->second == op) {
+      op->receiver->recvs.erase(it);
+    }
+  }
+  Complete(op, status);
   ucp_request_free(request);
 }
 
 void ProgressLoop(Context* context) {
   while (!context->stop.load(std::memory_order_acquire)) {
+    context->RunTasks();
     if (ucp_worker_progress(context->worker) != 0 || context->busy_poll) continue;
     const ucs_status_t armed = ucp_worker_arm(context->worker);
     if (armed == UCS_ERR_BUSY) continue;
@@ -422,11 +502,15 @@ void Finalize(rdv_transport_context_t handle) {
   context->stop.store(true, std::memory_order_release);
   ucp_worker_signal(context->worker);
   context->progress.join();
+  // Cancels and forced closes asked for after the last round.
+  context->RunTasks();
+  for (Operation* op : context->orphans) delete op;
   // No progress now, so no close callback either: release what is left,
   // as UCX requires before the worker goes.
-  for (auto& [endpoint, request] : context->closing) {
+  for (auto& [close, request] : context->closing) {
     if (request != nullptr) ucp_request_free(request);
-    delete endpoint;
+    delete close->owned;
+    delete close;
   }
   ucp_worker_destroy(context->worker);
   ucp_cleanup(context->ucp);
@@ -506,52 +590,103 @@ int Connect(rdv_transport_context_t handle, const void* peer_address, size_t,
   return RDV_TRANSPORT_OK;
 }
 
-void CloseDone(Endpoint* endpoint) {
-  Context* context = endpoint->context;
+void CloseDone(Close* close) {
+  Context* context = close->context;
   {
     std::lock_guard lock(context->closing_mu);
-    context->closing.erase(endpoint);
+    context->closing.erase(close);
     if (context->closing.empty()) context->closed.notify_all();
   }
-  delete endpoint;
+  delete close->owned;
+  delete close;
 }
 
 void OnCloseDone(void* request, ucs_status_t, void* user) {
   ucp_request_free(request);
-  CloseDone(static_cast<Endpoint*>(user));
+  CloseDone(static_cast<Close*>(user));
 }
 
-// Closes gracefully, without waiting (it may run on the progress thread):
-// a forced close leaves the peer's side of a tcp connection half alive, and
-// a later endpoint between the same two workers then lost puts silently.
-// The endpoint (its error handler's argument) lives until the close is done.
-void Disconnect(rdv_transport_endpoint_t handle) {
-  auto* endpoint = reinterpret_cast<Endpoint*>(handle);
-  Context* context = endpoint->context;
-  endpoint->keys.Clear();
+// Starts closing `ep` without waiting (it may run on the progress thread);
+// `close` is freed when the close is done.
+void StartClose(ucp_ep_h ep, Close* close, uint32_t flags) {
+  Context* context = close->context;
   {
     std::lock_guard lock(context->closing_mu);
-    context->closing.emplace(endpoint, nullptr);
+    context->closing.emplace(close, nullptr);
   }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
                        UCP_OP_ATTR_FIELD_USER_DATA;
-  param.flags = 0;
+  param.flags = flags;
   param.cb.send = OnCloseDone;
-  param.user_data = endpoint;
-  void* request = ucp_ep_close_nbx(endpoint->ep, &param);
+  param.user_data = close;
+  void* request = ucp_ep_close_nbx(ep, &param);
   if (!UCS_PTR_IS_PTR(request)) {
-    CloseDone(endpoint);
+    CloseDone(close);
     return;
   }
   {
     // Unless the close already completed (its callback erased the entry).
     std::lock_guard lock(context->closing_mu);
-    if (auto it = context->closing.find(endpoint); it != context->closing.end()) {
+    if (auto it = context->closing.find(close); it != context->closing.end()) {
       it->second = request;
     }
   }
   context->Wake();
+}
+
+// Closes gracefully: a forced close leaves the peer's side of a tcp
+// connection half alive, and a later endpoint between the same two workers
+// then lost puts silently. The endpoint (its error handler's argument)
+// lives until the close is done.
+void Disconnect(rdv_transport_endpoint_t handle) {
+  auto* endpoint = reinterpret_cast<Endpoint*>(handle);
+  Context* context = endpoint->context;
+  endpoint->keys.Clear();
+  if (endpoint->ep == nullptr) {
+    // Aborted: nothing left to close, once the abort has run.
+    endpoint->context->RunOnProgressThread([endpoint] { delete endpoint; });
+    return;
+  }
+  StartClose(endpoint->ep, new Close{context, endpoint}, 0);
+}
+
+// On the progress thread. A forced close completes what UCX tracks with
+// UCS_ERR_CANCELED. It does not track operations on endpoints without
+// failure handling (shared memory): a software get there waits for the
+// dead peer's reply forever. Those complete here, and UCX's hold on them
+// is freed when it lets go (at the latest, at finalize).
+void ForceClose(Endpoint* endpoint, ucp_ep_h ep) {
+  Context* context = endpoint->context;
+  StartClose(ep, new Close{context}, UCP_EP_CLOSE_FLAG_FORCE);
+  std::vector<Operation*> stuck;
+  {
+    std::lock_guard lock(endpoint->use_mu);
+    stuck.assign(endpoint->in_flight.begin(), endpoint->in_flight.end());
+    endpoint->in_flight.clear();
+  }
+  for (Operation* op : stuck) {
+    op->orphaned = true;
+    op->endpoint = nullptr;
+    context->orphans.insert(op);
+    op->done(op->user, RDV_TRANSPORT_CANCELLED,
+             "UCX: the transfer was abandoned: its endpoint was aborted (the peer was lost)");
+  }
+}
+
+void Abort(rdv_transport_endpoint_t handle) {
+  auto* endpoint = reinterpret_cast<Endpoint*>(handle);
+  ucp_ep_h ep = nullptr;
+  {
+    std::lock_guard lock(endpoint->use_mu);
+    ep = std::exchange(endpoint->ep, nullptr);
+    if (ep == nullptr) return;
+    endpoint->failure.store(UCS_ERR_CANCELED, std::memory_order_release);
+    endpoint->keys.Clear();  // keys belong to the endpoint's ep
+  }
+  Context* context = endpoint->context;
+  context->Log(1, "UCX endpoint aborted: its peer was lost");
+  context->RunOnProgressThread([endpoint, ep] { ForceClose(endpoint, ep); });
 }
 
 int MapMemory(Context* context, ucp_mem_map_params_t* params, rdv_transport_memory_t* out,
@@ -644,6 +779,11 @@ int MemPack(rdv_transport_memory_t handle, void* buffer, size_t* length,
   return CopyOut(packed.data(), packed.size(), buffer, length, error);
 }
 
+int Aborted(rdv_transport_error_t* error) {
+  return SetError(error, RDV_TRANSPORT_UNAVAILABLE,
+                  "the UCX endpoint was aborted: its peer was lost");
+}
+
 // Posts through `start`, which returns UCX's request; the operation always
 // completes through the callback (no immediate completion).
 template <typename Start>
@@ -657,8 +797,16 @@ int Post(Endpoint* endpoint, Context* context, Operation* op, Start start,
                       ucs_status_string(failure));
     }
   }
+  // Tracked before it starts: it may complete at once on the progress
+  // thread. The caller holds endpoint->use_mu.
+  op->context = context;
+  if (endpoint != nullptr) {
+    op->endpoint = endpoint;
+    endpoint->in_flight.insert(op);
+  }
   const ucs_status_ptr_t request = start();
   if (UCS_PTR_IS_ERR(request)) {
+    if (endpoint != nullptr) endpoint->in_flight.erase(op);
     delete op;
     return UcxError(error, UCS_PTR_STATUS(request), what);
   }
@@ -687,6 +835,8 @@ int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_addres
                     "the peer's memory descriptor is not a UCX key packed by rdv (%zu bytes, "
                     "truncated or corrupted)", remote_key_length);
   }
+  std::lock_guard lock(endpoint->use_mu);
+  if (endpoint->ep == nullptr) return Aborted(error);
   ucp_rkey_h rkey = nullptr;
   const ucs_status_t unpacked = endpoint->keys.Get(endpoint->ep, key, key_length, &rkey);
   if (unpacked != UCS_OK) {
@@ -726,6 +876,8 @@ int PostSend(rdv_transport_endpoint_t handle, const void* local, rdv_transport_m
              size_t length, uint64_t tag, rdv_transport_completion_fn done, void* user,
              rdv_transport_error_t* error) {
   auto* endpoint = reinterpret_cast<Endpoint*>(handle);
+  std::lock_guard lock(endpoint->use_mu);
+  if (endpoint->ep == nullptr) return Aborted(error);
   auto* op = new Operation{done, user};
   return Post(endpoint, endpoint->context, op, [&] {
     const ucp_request_param_t param = SendParam(op);
@@ -738,22 +890,64 @@ int PostRecv(rdv_transport_context_t handle, void* local, rdv_transport_memory_t
              rdv_transport_error_t* error) {
   Context* context = ContextOf(handle);
   auto* op = new Operation{done, user};
-  return Post(nullptr, context, op, [&] {
+  op->receiver = context;
+  op->tag = tag;
+  // Tracked before it is posted: UCX may complete it inside the post (a
+  // send already arrived), which then finds and drops the entry.
+  std::lock_guard lock(context->recvs_mu);
+  context->recvs.insert_or_assign(tag, op);
+  void* posted = nullptr;
+  const int code = Post(nullptr, context, op, [&] {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                          UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv = OnRecvDone;
     param.user_data = op;
-    return ucp_tag_recv_nbx(context->worker, local, length, tag, ~uint64_t{0}, &param);
+    const ucs_status_ptr_t request =
+        ucp_tag_recv_nbx(context->worker, local, length, tag, ~uint64_t{0}, &param);
+    posted = request;
+    return request;
   }, error, "ucp_tag_recv_nbx");
+  auto it = context->recvs.find(tag);
+  if (code != RDV_TRANSPORT_OK) {
+    if (it != context->recvs.end() && it->second == op) context->recvs.erase(it);
+    return code;
+  }
+  if (it != context->recvs.end() && it->second == op) op->request = posted;
+  return code;
 }
 
-const rdv_transport_v1_t kTransport = {
-    RDV_TRANSPORT_ABI_VERSION, sizeof(rdv_transport_v1_t), "ucx", Init, Finalize, Query,
+// On the progress thread, where the cancelled receive's callback then
+// runs; under recvs_mu, which also stands between a completion and the
+// request's release: the request is still UCX's when cancelled.
+void CancelWaitingRecv(Context* context, uint64_t tag) {
+  std::lock_guard lock(context->recvs_mu);
+  auto it = context->recvs.find(tag);
+  if (it != context->recvs.end() && it->second->request != nullptr) {
+    ucp_request_cancel(context->worker, it->second->request);
+  }
+}
+
+int CancelRecv(rdv_transport_context_t handle, uint64_t tag, rdv_transport_error_t* error) {
+  Context* context = ContextOf(handle);
+  {
+    std::lock_guard lock(context->recvs_mu);
+    auto it = context->recvs.find(tag);
+    if (it == context->recvs.end() || it->second->request == nullptr) {
+      return SetError(error, RDV_TRANSPORT_NOT_FOUND, "no tagged receive waits under tag %llu",
+                      static_cast<unsigned long long>(tag));
+    }
+  }
+  context->RunOnProgressThread([context, tag] { CancelWaitingRecv(context, tag); });
+  return RDV_TRANSPORT_OK;
+}
+
+const rdv_transport_v2_t kTransport = {
+    RDV_TRANSPORT_ABI_VERSION, sizeof(rdv_transport_v2_t), "ucx", Init, Finalize, Query,
     LocalAddress, Connect, Disconnect, MemAlloc, MemRegister, MemRelease, MemPack,
-    PostGet, PostPut, PostSend, PostRecv,
+    PostGet, PostPut, PostSend, PostRecv, Abort, CancelRecv,
 };
 
 }  // namespace
 
-RDV_PLUGIN_EXPORT const rdv_transport_v1_t* rdv_transport_v1(void) { return &kTransport; }
+RDV_PLUGIN_EXPORT const rdv_transport_v2_t* rdv_transport_v2(void) { return &kTransport; }

@@ -174,6 +174,9 @@ struct Endpoint {
   std::deque<Operation*> waiting;   // not fully posted yet, in order; mu
   std::string broken;               // why the QP is out of service; mu
   bool closing = false;             // disconnect() was called; mu
+  bool aborted = false;             // abort() was called; mu
+  // What ends now ends at rdv's request: CANCELLED rather than UNAVAILABLE.
+  bool cancelling() const { return closing || aborted; }
 };
 
 // The passive side of a peer's QP, kept while the peer's socket is open.
@@ -686,7 +689,7 @@ void PumpLocked(Endpoint* endpoint, std::vector<Operation*>* over) {
   while (!endpoint->waiting.empty() && (endpoint->credits > 0 || !endpoint->broken.empty())) {
     Operation* op = endpoint->waiting.front();
     if (!endpoint->broken.empty()) {
-      Fail(op, endpoint->closing ? RDV_TRANSPORT_CANCELLED : RDV_TRANSPORT_UNAVAILABLE,
+      Fail(op, endpoint->cancelling() ? RDV_TRANSPORT_CANCELLED : RDV_TRANSPORT_UNAVAILABLE,
            "verbs: the queue pair is out of service: " + endpoint->broken);
     } else {
       const size_t length = std::min(chunk, op->length - op->posted);
@@ -754,7 +757,7 @@ void OnCompletion(const ibv_wc& wc) {
         endpoint->broken = std::string(ibv_wc_status_str(wc.status)) + " (vendor error " +
                            std::to_string(wc.vendor_err) + ")";
       }
-      const int code = CodeOfCompletion(wc.status, endpoint->closing);
+      const int code = CodeOfCompletion(wc.status, endpoint->cancelling());
       Fail(op, code,
            std::string("verbs: RDMA ") + (op->opcode == IBV_WR_RDMA_READ ? "READ" : "WRITE") +
                " " + CompletionCodeName(code) + ": " + ibv_wc_status_str(wc.status) +
@@ -1013,6 +1016,29 @@ void Disconnect(rdv_transport_endpoint_t handle) {
   if (idle) DestroyEndpoint(endpoint);
 }
 
+// The error state flushes every work request in flight (their completions
+// come as cancelled); what waits for room in the queue fails here.
+void Abort(rdv_transport_endpoint_t handle) {
+  auto* endpoint = reinterpret_cast<Endpoint*>(handle);
+  std::vector<Operation*> over;
+  {
+    std::lock_guard lock(endpoint->mu);
+    if (endpoint->aborted) return;
+    endpoint->aborted = true;
+    if (endpoint->broken.empty()) endpoint->broken = "aborted: its peer was lost";
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ibv_modify_qp(endpoint->qp, &attr, IBV_QP_STATE);
+    PumpLocked(endpoint, &over);
+  }
+  Defer(endpoint->context, over);
+}
+
+int CancelRecv(rdv_transport_context_t, uint64_t, rdv_transport_error_t* error) {
+  return SetError(error, RDV_TRANSPORT_NOT_FOUND,
+                  "verbs: tagged messages are not offered, so no receive waits");
+}
+
 int Register(Context* context, void* address, size_t length, void* owned,
              rdv_transport_memory_t* out, rdv_transport_error_t* error) {
   ibv_mr* mr = ibv_reg_mr(context->pd, address, length,
@@ -1220,12 +1246,12 @@ int PostRecv(rdv_transport_context_t, void*, rdv_transport_memory_t, size_t, uin
                   "verbs: tagged messages are not offered; use get or put");
 }
 
-const rdv_transport_v1_t kTransport = {
-    RDV_TRANSPORT_ABI_VERSION, sizeof(rdv_transport_v1_t), "verbs", Init, Finalize, Query,
+const rdv_transport_v2_t kTransport = {
+    RDV_TRANSPORT_ABI_VERSION, sizeof(rdv_transport_v2_t), "verbs", Init, Finalize, Query,
     LocalAddress, Connect, Disconnect, MemAlloc, MemRegister, MemRelease, MemPack,
-    PostGet, PostPut, PostSend, PostRecv,
+    PostGet, PostPut, PostSend, PostRecv, Abort, CancelRecv,
 };
 
 }  // namespace
 
-RDV_PLUGIN_EXPORT const rdv_transport_v1_t* rdv_transport_v1(void) { return &kTransport; }
+RDV_PLUGIN_EXPORT const rdv_transport_v2_t* rdv_transport_v2(void) { return &kTransport; }

@@ -69,11 +69,19 @@ class HostileProducerTest : public ::testing::Test {
     builder.RegisterCallbackGenericService(&producer_);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
+    port_ = port;
+    StartConsumer("grpc");
+  }
+
+  void StartConsumer(const char* protocol, absl::Duration peer_timeout = absl::Seconds(5)) {
+    consumer_.reset();
     WorkerServerOptions options;
     options.task = 1;
+    options.protocol = protocol;
     options.cluster = *ClusterSpec::FromFlag(
-        absl::StrCat("worker=127.0.0.1:", port, ",127.0.0.1:0"));
+        absl::StrCat("worker=127.0.0.1:", port_, ",127.0.0.1:0"));
     options.control.max_tensor_bytes = uint64_t{4} << 30;
+    options.control.peer_timeout = peer_timeout;
     absl::StatusOr<std::unique_ptr<WorkerServer>> consumer = WorkerServer::Start(options);
     ASSERT_TRUE(consumer.ok()) << consumer.status();
     consumer_ = *std::move(consumer);
@@ -104,6 +112,7 @@ class HostileProducerTest : public ::testing::Test {
   }
 
   FakeProducer producer_;
+  int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<WorkerServer> consumer_;
   int64_t steps_ = 0;
@@ -143,6 +152,28 @@ TEST_F(HostileProducerTest, MalformedAnswersFailTheRecvAndTheConsumerServesOn) {
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_FALSE(is_dead);
   EXPECT_EQ(std::string(static_cast<const char*>(value.data()), value.TotalBytes()), "abcd");
+}
+
+// A producer that describes a tagged send, says the send is done, and never
+// sends: the consumer's posted receive is bounded by the peer timeout.
+TEST_F(HostileProducerTest, TaggedSendThatNeverComesFailsTheRecvWithinThePeerTimeout) {
+  setenv("RDV_UCX_OP", "tag", 1);
+  StartConsumer("grpc+ucx", absl::Seconds(1));
+  unsetenv("RDV_UCX_OP");
+  if (consumer_ == nullptr) return;
+  TensorMeta meta = ForgedMeta(DType::kUInt8, {65536}, 0);
+  TransportDescriptor* transport = meta.mutable_transport();
+  transport->set_op(RDV_TRANSPORT_OP_TAG);
+  transport->set_transfer_id(12345);
+  transport->set_length(65536);
+  transport->set_producer_transport_address(consumer_->data_plane()->local_address());
+  const absl::Time start = absl::Now();
+  ExpectRecvFails(ForgedChunk(&meta, 0, ""), absl::StatusCode::kDataLoss,
+                  "a tagged send said done that never comes");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2 * (1 + 3)));
+  DataPlane* plane = consumer_->data_plane();
+  EXPECT_TRUE(rdv::testing::PollUntil([&] { return plane->fetches_in_flight() == 0; }))
+      << "the abandoned receives were not cancelled";
 }
 
 }  // namespace

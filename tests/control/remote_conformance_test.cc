@@ -16,8 +16,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
-#include <optional>
 #include <memory>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -42,7 +43,13 @@ constexpr char kProducerCpu[] = "/job:worker/replica:0/task:0/device:CPU:0";
 constexpr char kConsumerCpu[] = "/job:worker/replica:0/task:1/device:CPU:0";
 constexpr char kProducerGpu[] = "/job:worker/replica:0/task:0/device:GPU:0";
 constexpr char kConsumerGpu[] = "/job:worker/replica:0/task:1/device:GPU:0";
-constexpr absl::Duration kPeerTimeout = absl::Seconds(2);
+// The consumer's peer timeout: RDV_TEST_PEER_TIMEOUT_MS, else 2 s. The
+// Docker forms, under emulation, give a TLS handshake more.
+absl::Duration TestPeerTimeout() {
+  const char* text = std::getenv("RDV_TEST_PEER_TIMEOUT_MS");
+  return absl::Milliseconds(text == nullptr ? 2000 : std::strtoll(text, nullptr, 10));
+}
+const absl::Duration kPeerTimeout = TestPeerTimeout();
 
 // A protocol and the environment both workers run it under.
 struct ProtocolSetting {
@@ -303,6 +310,70 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     *fetch = request;
   }
 
+  // A Recv of a large tensor that runs on another thread, blocking or async.
+  struct PendingRecv {
+    RecvResult result;
+    std::thread thread;
+    ~PendingRecv() {
+      if (thread.joinable()) thread.join();
+    }
+  };
+
+  void StartRecv(int64_t step, const ParsedKey& key, bool blocking, PendingRecv* pending) {
+    if (!blocking) {
+      consumer_->rendezvous_mgr().Find(step)->RecvAsync(key, {}, pending->result.Capture());
+      return;
+    }
+    pending->thread = std::thread([this, step, key, pending] {
+      RecvResult& result = pending->result;
+      result.status = Recv(step, key, &result.value, &result.is_dead);
+      result.done.Notify();
+    });
+  }
+
+  // See ProducerLostMidTransferFailsTheRecvWithinThePeerTimeout. A transfer
+  // may end before the producer stops: each attempt moves another tensor.
+  void ExpectLossMidTransferFailsTheRecv(bool blocking) {
+    DataPlane* plane = consumer_->data_plane();
+    if (plane == nullptr) GTEST_SKIP() << "protocol grpc: the stream carries the bytes";
+    const int64_t bytes = Capped(int64_t{256} << 20);
+    // Wired up first: Debian's UCX 1.13 aborts the process when a peer dies
+    // during an endpoint's wireup over tcp (an assertion that
+    // openucx/ucx#8175 removed), which is not what this test is about.
+    const ParsedKey warm = Key("warm");
+    ASSERT_TRUE(Produce(39, {Item(warm, DType::kUInt8, {int64_t{1} << 20}, 5)}).ok());
+    ASSERT_TRUE(RecvStatus(39, warm).ok());
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      const int64_t step = 40 + attempt;
+      const ParsedKey key = Key(absl::StrCat("stalled", attempt));
+      ASSERT_TRUE(Produce(step, {Item(key, DType::kUInt8, {bytes}, 5)}).ok());
+      PendingRecv pending;
+      StartRecv(step, key, blocking, &pending);
+      ASSERT_TRUE(rdv::testing::PollUntil(
+          [&] { return plane->fetches_in_flight() > 0 || pending.result.done.HasBeenNotified(); }));
+      ASSERT_TRUE(producer_->Signal(SIGSTOP).ok());
+      if (plane->fetches_in_flight() == 0) {  // it ended before the producer stopped
+        ASSERT_TRUE(producer_->Signal(SIGCONT).ok());
+        ASSERT_TRUE(pending.result.Wait());
+        continue;
+      }
+      const absl::Time stopped = absl::Now();
+      producer_->Kill();
+      ASSERT_TRUE(pending.result.Wait()) << "the Recv hangs on a dead producer";
+      EXPECT_EQ(pending.result.status.code(), absl::StatusCode::kUnavailable)
+          << pending.result.status;
+      EXPECT_LT(absl::Now() - stopped, kPeerTimeout + absl::Seconds(3));
+      EXPECT_TRUE(rdv::testing::PollUntil([&] { return plane->fetches_in_flight() == 0; }))
+          << "the transport never let go of the abandoned fetch";
+      // The consumer keeps serving.
+      ASSERT_TRUE(consumer_->rendezvous_mgr().Find(step)->Send(
+          *ParsedKey::Parse(CreateRendezvousKey(kConsumerCpu, 1, kConsumerCpu, "self")), {},
+          testing::FloatTensor({1}), false).ok());
+      return;
+    }
+    GTEST_SKIP() << "every transfer ended before the producer could be stopped";
+  }
+
   void WorkerCall(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
@@ -529,6 +600,19 @@ TEST_P(RemoteConformanceTest, ProducerKilledMidTransferNeverCorrupts) {
   } else {
     EXPECT_EQ(result.status.code(), absl::StatusCode::kUnavailable) << result.status;
   }
+}
+
+// The data plane cannot always notice a dead peer by itself: over shared
+// memory a get needs the producer's own progress, and waits for it forever.
+// A producer stopped, then killed, with a transfer from it in flight leaves
+// the control plane's watch to end the Recv, within the peer timeout and
+// with UNAVAILABLE; the transport then lets go of the abandoned fetch.
+TEST_P(RemoteConformanceTest, ProducerLostMidTransferFailsTheRecvWithinThePeerTimeout) {
+  ExpectLossMidTransferFailsTheRecv(/*blocking=*/false);
+}
+
+TEST_P(RemoteConformanceTest, ProducerLostMidTransferFailsTheBlockingRecvWithinThePeerTimeout) {
+  ExpectLossMidTransferFailsTheRecv(/*blocking=*/true);
 }
 
 TEST_P(RemoteConformanceTest, RestartedProducerGivesAborted) {

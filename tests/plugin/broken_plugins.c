@@ -4,10 +4,10 @@
 #include "plugin/rdv_transport.h"
 
 #ifdef RDV_BROKEN_WRONG_ABI
-static const rdv_transport_v1_t kWrongAbi = {.abi_version = 99,
-                                             .struct_size = sizeof(rdv_transport_v1_t),
+static const rdv_transport_v2_t kWrongAbi = {.abi_version = 99,
+                                             .struct_size = sizeof(rdv_transport_v2_t),
                                              .name = "wrongabi"};
-__attribute__((visibility("default"))) const rdv_transport_v1_t* rdv_transport_v1(void) {
+__attribute__((visibility("default"))) const rdv_transport_v2_t* rdv_transport_v2(void) {
   return &kWrongAbi;
 }
 #else

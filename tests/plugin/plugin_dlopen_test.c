@@ -13,17 +13,18 @@ static int check(const char* path) {
     fprintf(stderr, "FAIL %s: dlopen: %s\n", path, dlerror());
     return 1;
   }
-  rdv_transport_entry_v1_fn entry;
+  rdv_transport_entry_v2_fn entry;
   /* POSIX's way to turn dlsym's object pointer into a function pointer. */
-  *(void**)(&entry) = dlsym(library, RDV_TRANSPORT_ENTRY_V1);
+  *(void**)(&entry) = dlsym(library, RDV_TRANSPORT_ENTRY_V2);
   if (entry == NULL) {
-    fprintf(stderr, "FAIL %s: no symbol %s\n", path, RDV_TRANSPORT_ENTRY_V1);
+    fprintf(stderr, "FAIL %s: no symbol %s\n", path, RDV_TRANSPORT_ENTRY_V2);
     return 1;
   }
-  const rdv_transport_v1_t* api = entry();
+  const rdv_transport_v2_t* api = entry();
   if (api == NULL || api->abi_version != RDV_TRANSPORT_ABI_VERSION ||
-      api->struct_size != sizeof(rdv_transport_v1_t) || api->name == NULL || api->init == NULL ||
-      api->post_get == NULL || api->post_recv == NULL) {
+      api->struct_size != sizeof(rdv_transport_v2_t) || api->name == NULL || api->init == NULL ||
+      api->post_get == NULL || api->post_recv == NULL || api->abort == NULL ||
+      api->cancel_recv == NULL) {
     fprintf(stderr, "FAIL %s: the entry point returned an incomplete v%d table\n", path,
             RDV_TRANSPORT_ABI_VERSION);
     return 1;

@@ -30,7 +30,7 @@ TEST_F(TransportLoaderTest, WrongAbiVersionIsRefusedClearly) {
   const std::string message(transport.status().message());
   EXPECT_NE(message.find("librdv_transport_wrongabi.so"), std::string::npos) << message;
   EXPECT_NE(message.find("ABI version 99"), std::string::npos) << message;
-  EXPECT_NE(message.find("needs version 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("needs version 2"), std::string::npos) << message;
 }
 
 TEST_F(TransportLoaderTest, MissingEntryPointIsRefusedClearly) {
@@ -38,7 +38,7 @@ TEST_F(TransportLoaderTest, MissingEntryPointIsRefusedClearly) {
   ASSERT_EQ(transport.status().code(), absl::StatusCode::kFailedPrecondition);
   const std::string message(transport.status().message());
   EXPECT_NE(message.find("librdv_transport_nosymbol.so"), std::string::npos) << message;
-  EXPECT_NE(message.find("rdv_transport_v1"), std::string::npos) << message;
+  EXPECT_NE(message.find("rdv_transport_v2"), std::string::npos) << message;
 }
 
 TEST_F(TransportLoaderTest, UnknownTransportSaysWhereItLooked) {
@@ -175,6 +175,67 @@ TEST_P(TransportConformanceTest, ForgedRemoteKeyIsAnErrorNotACrash) {
          });
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+}
+
+// An aborted endpoint ends what is in flight (once each, with its result
+// or CANCELLED), refuses more with UNAVAILABLE, and a new endpoint between
+// the same two contexts works.
+TEST_P(TransportConformanceTest, AbortedEndpointEndsItsTransfersAndRefusesMore) {
+  RDV_LOAD_OR_SKIP(a, GetParam());
+  RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true);
+  const size_t length = size_t{16} << 20;
+  auto source = a->Allocate(length);
+  auto destination = b->Allocate(length);
+  auto endpoint = b->Connect(*a->LocalAddress());
+  ASSERT_TRUE(source.ok() && destination.ok() && endpoint.ok());
+  Notification done;
+  std::atomic<int> calls{0};
+  absl::Status status;
+  b->Get(**endpoint, (*destination)->address(), **destination,
+         reinterpret_cast<uint64_t>((*source)->address()), (*source)->remote_key(), length,
+         [&](absl::Status s) {
+           status = s;
+           if (calls.fetch_add(1) == 0) done.Notify();
+         });
+  (*endpoint)->Abort();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(status.ok() || absl::IsCancelled(status)) << status;
+  Notification refused;
+  absl::Status after;
+  b->Get(**endpoint, (*destination)->address(), **destination,
+         reinterpret_cast<uint64_t>((*source)->address()), (*source)->remote_key(), length,
+         [&](absl::Status s) {
+           after = s;
+           refused.Notify();
+         });
+  ASSERT_TRUE(refused.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable) << after;
+  endpoint->reset();
+  EXPECT_EQ(calls.load(), 1);
+  MovesBytesBetweenTwoContexts(a, b, /*put=*/false);
+}
+
+// A tagged receive no send matched ends with CANCELLED when cancelled; a
+// tag nothing waits under is NOT_FOUND.
+TEST_P(TransportConformanceTest, CancelledRecvEndsWithCancelled) {
+  RDV_LOAD_OR_SKIP(a, GetParam());
+  if (!(a->supported_ops() & RDV_TRANSPORT_OP_TAG)) {
+    EXPECT_EQ(a->CancelRecv(7).code(), absl::StatusCode::kNotFound);
+    GTEST_SKIP() << GetParam() << " offers no tagged messages";
+  }
+  auto destination = a->Allocate(4096);
+  ASSERT_TRUE(destination.ok());
+  Notification done;
+  absl::Status status;
+  a->Recv((*destination)->address(), 4096, 7, [&](absl::Status s) {
+    status = s;
+    done.Notify();
+  });
+  ASSERT_TRUE(a->CancelRecv(7).ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(absl::IsCancelled(status)) << status;
+  EXPECT_EQ(a->CancelRecv(7).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(a->CancelRecv(8).code(), absl::StatusCode::kNotFound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportConformanceTest,

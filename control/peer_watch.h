@@ -1,0 +1,83 @@
+// Notices that a worker is lost while transfers from it are in flight on
+// the data plane, which may not notice by itself (UCX's shared memory
+// cannot; a tagged receive waits for its send forever): the worker's gRPC
+// connection dropped (its socket closed, or keepalive pings went
+// unanswered for the peer timeout) and a Handshake then gets no answer
+// within half the peer timeout. Each watched transfer is then told, once.
+//
+// A thread per watched worker runs while something is watched, and a peer
+// timeout longer (so that back-to-back transfers share it). Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "control/worker.grpc.pb.h"
+
+namespace rdv::control {
+
+class PeerWatch {
+ public:
+  // Runs on the watch's thread: UNAVAILABLE naming the worker when it is
+  // lost, DEADLINE_EXCEEDED when the watch's deadline passed first.
+  using Lost = absl::AnyInvocable<void(const absl::Status&) &&>;
+
+  // `channel` leads to the worker `worker_name` at `address`.
+  PeerWatch(std::shared_ptr<grpc::Channel> channel, std::string worker_name, std::string address,
+            absl::Duration peer_timeout);
+  // Stops the thread; what is still watched is not told.
+  ~PeerWatch();
+  PeerWatch(const PeerWatch&) = delete;
+  PeerWatch& operator=(const PeerWatch&) = delete;
+
+  // `lost` runs once if the worker is lost before Unwatch(id). It may be
+  // running when Unwatch is called: the caller settles which came first.
+  uint64_t Watch(Lost lost);
+  // Tells the watch `id` at `deadline` (within 100 ms) if it is still
+  // watched then.
+  void SetDeadline(uint64_t id, absl::Time deadline);
+  void Unwatch(uint64_t id);
+
+ private:
+  struct Watched {
+    Lost lost;
+    absl::Time deadline = absl::InfiniteFuture();
+  };
+
+  void Run();
+  // Tells the watches whose deadline passed. Takes and gives back `lock`.
+  void TellExpired(std::unique_lock<std::mutex>& lock);
+  // Waits a while on the connection; true when the worker is lost, with
+  // why in `*why`.
+  bool CheckOnce(std::string* why);
+  // Whether the worker answers a Handshake within the peer timeout.
+  bool Answers(std::string* why);
+
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<WorkerService::Stub> stub_;
+  const std::string worker_name_;
+  const std::string address_;
+  const absl::Duration peer_timeout_;
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  absl::flat_hash_map<uint64_t, Watched> watches_;  // mu_
+  uint64_t next_id_ = 1;                         // mu_
+  bool running_ = false;                         // mu_: thread_ is in Run
+  bool stop_ = false;                            // mu_
+  grpc::ClientContext* probe_ = nullptr;         // mu_: the Handshake in flight
+  std::thread thread_;
+};
+
+}  // namespace rdv::control
