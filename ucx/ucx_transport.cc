@@ -322,10 +322,26 @@ bool TlsMayUse(const std::vector<std::string>& members, const std::vector<std::s
   return alias_named || tls.Names("all") || std::any_of(members.begin(), members.end(), named);
 }
 
-// Shared memory and RDMA transports do one-sided operations in hardware or
-// by mapping; over tcp UCX emulates them and tagged messages are faster
-// (docs: reference figures, 0.5 vs 5.8 GB/s at 1 MiB). So: tagged when
-// UCX_TLS names tcp and nothing else between processes (self aside).
+// A get reaches only the tensor its descriptor names when the NIC does it:
+// an RDMA READ is bounded by the registered region. UCX serves a get over
+// shared memory, tcp or ud in software, at any address of the producer it
+// is asked for (a wrong one crashes the producer), and cma reads any
+// address through the kernel. So a consumer gets only over RC or DC (with
+// UD beside them for wireup, and self); otherwise the producer sends the
+// bytes tagged and the consumer chooses where they land (docs/security.md:
+// about 0.7x of a get's bandwidth at 64 MiB over shared memory).
+bool OnlyConfiningTransports(const TlsSetting& tls) {
+  if (tls.excluding || tls.names.empty()) return false;
+  auto rdma = [](const std::string& name) {
+    return name == "ib" || name.rfind("rc", 0) == 0 || name.rfind("dc", 0) == 0;
+  };
+  auto confining = [&](const std::string& name) {
+    return rdma(name) || name.rfind("ud", 0) == 0 || name == "self";
+  };
+  return std::any_of(tls.names.begin(), tls.names.end(), rdma) &&
+         std::all_of(tls.names.begin(), tls.names.end(), confining);
+}
+
 // RDV_UCX_OP overrides; false for a value it does not know.
 bool ReadPreferredOp(uint32_t* op) {
   const char* forced = std::getenv("RDV_UCX_OP");
@@ -334,11 +350,7 @@ bool ReadPreferredOp(uint32_t* op) {
     *op = std::strcmp(forced, "tag") == 0 ? RDV_TRANSPORT_OP_TAG : RDV_TRANSPORT_OP_GET;
     return true;
   }
-  const TlsSetting tls = ReadTls();
-  auto tcp_or_self = [](const std::string& name) { return name == "tcp" || name == "self"; };
-  const bool only_tcp = !tls.excluding && tls.Names("tcp") &&
-                        std::all_of(tls.names.begin(), tls.names.end(), tcp_or_self);
-  *op = only_tcp ? RDV_TRANSPORT_OP_TAG : RDV_TRANSPORT_OP_GET;
+  *op = OnlyConfiningTransports(ReadTls()) ? RDV_TRANSPORT_OP_GET : RDV_TRANSPORT_OP_TAG;
   return true;
 }
 

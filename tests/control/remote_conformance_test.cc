@@ -57,6 +57,7 @@ struct ProtocolSetting {
   const char* protocol;  // --protocol
   const char* ucx_tls;   // UCX_TLS, or null
   bool needs_rdma = false;  // runs on an RDMA device (tests/softroce runs it)
+  const char* ucx_op = nullptr;  // RDV_UCX_OP, or null
 };
 
 // ctest lists each case under the setting's name.
@@ -106,10 +107,11 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     } else {
       unsetenv("UCX_TLS");
     }
+    if (GetParam().ucx_op != nullptr) scoped_env_.Set("RDV_UCX_OP", GetParam().ucx_op);
     if (GetParam().needs_rdma && GetParam().ucx_tls != nullptr) {
-      rdma_env_.Set("UCX_UD_VERBS_ETH_DGID_CHECK", "n");
+      scoped_env_.Set("UCX_UD_VERBS_ETH_DGID_CHECK", "n");
       if (const char* device = std::getenv("RDV_IB_DEVICE")) {
-        rdma_env_.Set("UCX_NET_DEVICES", absl::StrCat(device, ":1"));
+        scoped_env_.Set("UCX_NET_DEVICES", absl::StrCat(device, ":1"));
       }
     }
     WorkerServerOptions options;
@@ -166,6 +168,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     const ProtocolSetting& setting = GetParam();
     env.emplace_back("UCX_TLS", setting.ucx_tls ? std::optional<std::string>(setting.ucx_tls)
                                                 : std::nullopt);
+    if (setting.ucx_op != nullptr) env.emplace_back("RDV_UCX_OP", setting.ucx_op);
     if (!setting.needs_rdma) return env;
     if (setting.ucx_tls != nullptr) env.emplace_back("UCX_UD_VERBS_ETH_DGID_CHECK", "n");
     if (const char* peer = std::getenv("RDV_TEST_PEER_IB_DEVICE")) {
@@ -381,7 +384,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
 
-  ScopedEnv rdma_env_;  // declared first: restored after the workers are gone
+  ScopedEnv scoped_env_;  // declared first: restored after the workers are gone
   EnvChanges extra_producer_env_;
   std::unique_ptr<WorkerServer> consumer_;
   SecurityOptions security_;
@@ -615,6 +618,52 @@ TEST_P(RemoteConformanceTest, ProducerLostMidTransferFailsTheBlockingRecvWithinT
   ExpectLossMidTransferFailsTheRecv(/*blocking=*/true);
 }
 
+// Where the NIC cannot bound a get to its buffer (UCX would serve it in
+// software at any address), a producer's descriptor exposes no address or
+// key: the producer sends the bytes, the consumer says where they land.
+TEST_P(RemoteConformanceTest, DescriptorsExposeMemoryOnlyWhereTheNicBoundsTheRead) {
+  DataPlane* plane = consumer_->data_plane();
+  if (plane == nullptr) GTEST_SKIP() << "protocol grpc has no descriptors";
+  const ParsedKey key = Key("scoped");
+  const int64_t bytes = int64_t{1} << 20;
+  ASSERT_TRUE(Produce(50, {Item(key, DType::kUInt8, {bytes}, 6)}).ok());
+  RecvTensorRequest request = RawRequest(50, key, 50001);
+  request.set_protocol(GetParam().protocol);
+  request.set_consumer_transport_address(plane->local_address());
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
+  auto reader = worker_stub_->RecvTensor(&context, request);
+  RecvTensorChunk chunk;
+  ASSERT_TRUE(reader->Read(&chunk));
+  ASSERT_TRUE(chunk.meta().has_transport()) << chunk.meta().DebugString();
+  const TransportDescriptor& descriptor = chunk.meta().transport();
+  if (descriptor.op() == RDV_TRANSPORT_OP_GET) {
+    EXPECT_TRUE(GetParam().needs_rdma || GetParam().ucx_op != nullptr)
+        << "a get descriptor where UCX serves gets in software";
+  } else {
+    EXPECT_EQ(descriptor.op(), RDV_TRANSPORT_OP_TAG);
+    EXPECT_EQ(descriptor.address(), 0u);
+    EXPECT_TRUE(descriptor.remote_key().empty());
+  }
+  // Received, so that nothing stays in flight, and byte-exact.
+  absl::StatusOr<Tensor> destination =
+      Tensor::Allocate(plane->ReceiveAllocator(MemoryLocation::Host()), DType::kUInt8,
+                       *TensorShape::Create({bytes}));
+  ASSERT_TRUE(destination.ok()) << destination.status();
+  Notification fetched;
+  absl::Status status;
+  plane->Fetch(descriptor, *destination, [&](absl::Status s) {
+    status = s;
+    fetched.Notify();
+  });
+  ASSERT_TRUE(fetched.WaitForNotificationWithTimeout(kWaitLimit));
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(VerifyPattern(*destination, 6).ok());
+  while (reader->Read(&chunk)) {
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+}
+
 TEST_P(RemoteConformanceTest, RestartedProducerGivesAborted) {
   const uint64_t old_incarnation = producer_->incarnation();
   producer_->Kill();
@@ -801,6 +850,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ProtocolSetting{"grpc", "grpc", nullptr},
                       ProtocolSetting{"grpc_ucx_tcp", "grpc+ucx", "tcp"},
                       ProtocolSetting{"grpc_ucx_shm", "grpc+ucx", "posix,cma,self"},
+                      // Gets forced where UCX serves them in software: a
+                      // user's choice (RDV_UCX_OP), and the one transfer a
+                      // lost peer leaves for the control plane to end.
+                      ProtocolSetting{"grpc_ucx_shm_get", "grpc+ucx", "posix,cma,self", false,
+                                      "get"},
                       ProtocolSetting{"grpc_verbs", "grpc+verbs", nullptr, true},
                       // UCX over SoftRoCE needs UCX_UD_VERBS_ETH_DGID_CHECK=n.
                       ProtocolSetting{"grpc_ucx_rdma", "grpc+ucx", "rc_verbs,ud_verbs", true}),
