@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "control/worker_server.h"
+#include "core/logging.h"
 
 ABSL_FLAG(std::string, job, "worker", "job name of this worker");
 ABSL_FLAG(int, task, 0, "task index of this worker within its job");
@@ -98,6 +99,17 @@ absl::StatusOr<rdv::control::SecurityOptions> ReadSecurity(
   return security;
 }
 
+// A worker asked to stop exits within a bound, even with a transfer stuck
+// on a peer that neither answers nor has been declared lost yet.
+void ExitIfStuckAfter(absl::Duration limit) {
+  std::thread([limit] {
+    absl::SleepFor(limit);
+    RDV_LOG(Error) << "rdv-worker: still shutting down after " << absl::FormatDuration(limit)
+                   << " (RDV_SHUTDOWN_TIMEOUT_MS): exiting with transfers unfinished";
+    std::_Exit(1);
+  }).detach();
+}
+
 absl::Status Run() {
   rdv::control::WorkerServerOptions options;
   options.job = absl::GetFlag(FLAGS_job);
@@ -121,6 +133,7 @@ absl::Status Run() {
   // Blocked before gRPC starts its threads, so that only sigwait sees them.
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  const absl::Duration shutdown_timeout = options.control.shutdown_timeout;
   RDV_ASSIGN_OR_RETURN(auto server, rdv::control::WorkerServer::Start(std::move(options)));
   std::cout << "rdv-worker ready " << server->worker_name() << " " << server->address()
             << " incarnation " << rdv::FormatIncarnation(server->incarnation())
@@ -128,6 +141,7 @@ absl::Status Run() {
   if (const int parent = absl::GetFlag(FLAGS_parent_pid); parent > 0) ShutDownWhenOrphaned(parent);
   int signal = 0;
   sigwait(&signals, &signal);
+  ExitIfStuckAfter(shutdown_timeout);
   server->Shutdown();
   return absl::OkStatus();
 }

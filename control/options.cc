@@ -35,6 +35,9 @@ absl::StatusOr<ControlOptions> ControlOptions::FromEnvironment() {
   int64_t max_tensor = static_cast<int64_t>(options.max_tensor_bytes);
   RDV_RETURN_IF_ERROR(ReadPositive("RDV_MAX_TENSOR_BYTES", 1024, int64_t{1} << 50, &max_tensor));
   options.max_tensor_bytes = static_cast<uint64_t>(max_tensor);
+  int64_t shutdown_ms = absl::ToInt64Milliseconds(options.shutdown_timeout);
+  RDV_RETURN_IF_ERROR(ReadPositive("RDV_SHUTDOWN_TIMEOUT_MS", 100, 3600 * 1000, &shutdown_ms));
+  options.shutdown_timeout = absl::Milliseconds(shutdown_ms);
   RDV_ASSIGN_OR_RETURN(options.security, SecurityOptions::FromEnvironment());
   RDV_LOG(Debug) << "RDV_PEER_TIMEOUT_MS=" << timeout_ms << " RDV_GRPC_CHUNK_BYTES=" << chunk
                  << " RDV_MAX_TENSOR_BYTES=" << max_tensor

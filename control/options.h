@@ -31,6 +31,10 @@ struct ControlOptions {
   // that declares more is refused (RESOURCE_EXHAUSTED) before anything is
   // allocated for it. RDV_MAX_TENSOR_BYTES.
   uint64_t max_tensor_bytes = uint64_t{64} << 30;
+  // How long a worker asked to stop (SIGTERM, SIGINT) may take: past it,
+  // rdv-worker says so and exits with status 1, whatever is still stuck.
+  // RDV_SHUTDOWN_TIMEOUT_MS.
+  absl::Duration shutdown_timeout = absl::Seconds(10);
   // Mutual TLS and the cluster token (control/security.h); none by default.
   SecurityOptions security;
 
