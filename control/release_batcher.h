@@ -39,6 +39,11 @@ class ReleaseBatcher {
   // waits for its prompt end. Later Releases are dropped (the producer
   // frees those buffers when it cleans up the step).
   void Drain(absl::Duration timeout);
+  // No call in flight or scheduled (nothing queued).
+  bool Idle() {
+    std::lock_guard lock(mu_);
+    return IdleLocked();
+  }
 
  private:
   struct Call;

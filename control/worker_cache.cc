@@ -54,6 +54,11 @@ void CallsInFlight::End() {
   if (--count_ == 0) none_.notify_all();
 }
 
+bool CallsInFlight::None() {
+  std::lock_guard lock(mu_);
+  return count_ == 0;
+}
+
 bool CallsInFlight::WaitForNone(absl::Duration timeout) {
   std::unique_lock lock(mu_);
   return none_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return count_ == 0; });
@@ -98,6 +103,11 @@ void WorkerCache::SetAddress(absl::string_view job, int task, std::string addres
     retired_.push_back(std::move(it->second));
     clients_.erase(it);
   }
+  // Let go here, on the caller's thread, of the ones nobody uses any more:
+  // no call, transfer or ack holds them.
+  std::erase_if(retired_, [](const std::shared_ptr<WorkerClient>& client) {
+    return client.use_count() == 1 && client->calls->None() && client->releases->Idle();
+  });
 }
 
 ClusterSpec WorkerCache::cluster() const {

@@ -36,6 +36,7 @@ class CallsInFlight {
   void End();
   // False when calls remain after `timeout`.
   bool WaitForNone(absl::Duration timeout);
+  bool None();
 
  private:
   std::mutex mu_;
@@ -90,7 +91,8 @@ class WorkerCache {
   mutable std::mutex mu_;
   ClusterSpec cluster_;  // guarded by mu_
   absl::flat_hash_map<std::string, std::shared_ptr<WorkerClient>> clients_;  // guarded by mu_
-  // Clients replaced by SetAddress, kept until the cache goes.
+  // Clients replaced by SetAddress, kept while anything still uses them (a
+  // restarted peer replaces its client on every restart).
   std::vector<std::shared_ptr<WorkerClient>> retired_;  // guarded by mu_
 };
 

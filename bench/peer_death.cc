@@ -1,0 +1,225 @@
+// Peer death, trial after trial: a consumer worker (this process) receives
+// a large tensor from a producer worker (a child rdv-worker, connected by
+// a first small tensor), which is killed (SIGKILL) while the bytes move. Every trial must end its Recv
+// with UNAVAILABLE within RDV_PEER_TIMEOUT_MS, and the consumer must not
+// grow: its open fds, threads and proportional set size (Pss) are printed
+// after the first trials and after the last.
+//   rdv_peer_death [--trials N] [--bytes B] [--only NAME]
+// Runs grpc, grpc+ucx over tcp and over shared memory (tagged, the
+// default there); --only "shm, gets" forces gets over shared memory
+// (RDV_UCX_OP=get), which is not in the default run: docs/robustness.md.
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "control/worker_process.h"
+#include "control/worker_server.h"
+#include "core/notification.h"
+
+ABSL_FLAG(int, trials, 100, "trials per setting");
+ABSL_FLAG(int64_t, bytes, int64_t{256} << 20, "bytes of the tensor each trial moves");
+ABSL_FLAG(std::string, only, "", "run only the settings whose name contains this");
+
+namespace rdv::control {
+namespace {
+
+constexpr char kProducerCpu[] = "/job:worker/replica:0/task:0/device:CPU:0";
+constexpr char kConsumerCpu[] = "/job:worker/replica:0/task:1/device:CPU:0";
+constexpr absl::Duration kPeerTimeout = absl::Seconds(2);
+// The consumer's figures are taken after this many trials (warm caches,
+// threads and pools) and again after the last.
+constexpr int kWarmTrials = 5;
+
+struct Setting {
+  const char* name;
+  const char* protocol;
+  const char* ucx_tls;  // or null
+  const char* ucx_op;   // or null
+};
+
+struct Footprint {
+  int fds = 0;
+  int threads = 0;
+  int64_t pss_kib = 0;
+};
+
+int64_t ProcField(const char* file, const char* field) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::strtoll(line.c_str() + std::strlen(field), nullptr, 10);
+  }
+  return -1;
+}
+
+Footprint Measure() {
+  Footprint footprint;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++footprint.fds;
+  }
+  footprint.threads = static_cast<int>(ProcField("/proc/self/status", "Threads:"));
+  footprint.pss_kib = ProcField("/proc/self/smaps_rollup", "Pss:");
+  return footprint;
+}
+
+struct Outcome {
+  absl::Status status;
+  absl::Duration after_kill;
+};
+
+absl::StatusOr<Outcome> Trial(WorkerServer& consumer, const EnvChanges& env, int64_t step,
+                              int64_t bytes) {
+  RDV_ASSIGN_OR_RETURN(
+      std::unique_ptr<WorkerProcess> producer,
+      WorkerProcess::Start({"--task=0", "--enable_driver", "--listen=127.0.0.1:0",
+                            absl::StrCat("--protocol=", consumer.data_plane() != nullptr
+                                                            ? consumer.data_plane()->protocol()
+                                                            : "grpc"),
+                            absl::StrCat("--cluster=worker=127.0.0.1:1,", consumer.address())},
+                           absl::Seconds(30), env));
+  consumer.worker_cache().SetAddress("worker", 0, producer->address());
+  auto driver = DriverService::NewStub(CreateMemberChannel(
+      producer->address(), SecurityOptions{}, grpc::ChannelArguments()));
+  const std::string key =
+      CreateRendezvousKey(kProducerCpu, producer->incarnation(), kConsumerCpu, "big");
+  const std::string warm_key =
+      CreateRendezvousKey(kProducerCpu, producer->incarnation(), kConsumerCpu, "warm");
+  ProduceRequest produce;
+  produce.set_step_id(step);
+  for (const auto& [name, size] : {std::pair{&warm_key, int64_t{1} << 20}, {&key, bytes}}) {
+    ProduceItem* item = produce.add_items();
+    item->set_rendezvous_key(*name);
+    item->set_dtype(static_cast<int>(DType::kUInt8));
+    item->add_dims(size);
+  }
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  ProduceResponse produced;
+  if (grpc::Status status = driver->Produce(&context, produce, &produced); !status.ok()) {
+    return absl::InternalError(absl::StrCat("Produce: ", status.error_message()));
+  }
+  // The connection is made first: Debian's UCX 1.13 aborts the process when
+  // a peer dies during a tcp endpoint's wireup (docs/robustness.md).
+  Tensor warm;
+  bool is_dead = false;
+  RDV_RETURN_IF_ERROR(consumer.rendezvous_mgr().Find(step)->Recv(
+      *ParsedKey::Parse(warm_key), {}, &warm, &is_dead, absl::Seconds(30)));
+  Notification done;
+  absl::Status received;
+  consumer.rendezvous_mgr().Find(step)->RecvAsync(
+      *ParsedKey::Parse(key), {},
+      [&](const absl::Status& status, const RendezvousArgs&, const RendezvousArgs&, const Tensor&,
+          bool) {
+        received = status;
+        done.Notify();
+      });
+  // Killed while the bytes move: on the data plane once a fetch is in
+  // flight; over grpc, a moment into the stream.
+  DataPlane* plane = consumer.data_plane();
+  const absl::Time limit = absl::Now() + absl::Seconds(30);
+  if (plane == nullptr) {
+    done.WaitForNotificationWithTimeout(absl::Milliseconds(20));
+  } else {
+    while (plane->fetches_in_flight() == 0 && !done.HasBeenNotified() && absl::Now() < limit) {
+      absl::SleepFor(absl::Microseconds(100));
+    }
+  }
+  producer->Kill();
+  const absl::Time killed = absl::Now();
+  if (!done.WaitForNotificationWithTimeout(absl::Seconds(60))) {
+    return absl::DeadlineExceededError("the Recv did not end within 60 s of the kill");
+  }
+  Outcome outcome{received, absl::Now() - killed};
+  consumer.rendezvous_mgr().Cleanup(step);
+  return outcome;
+}
+
+int RunSetting(const Setting& setting, int trials, int64_t bytes) {
+  setting.ucx_tls ? setenv("UCX_TLS", setting.ucx_tls, 1) : unsetenv("UCX_TLS");
+  setting.ucx_op ? setenv("RDV_UCX_OP", setting.ucx_op, 1) : unsetenv("RDV_UCX_OP");
+  EnvChanges env = {{"UCX_TLS", setting.ucx_tls ? std::optional<std::string>(setting.ucx_tls)
+                                                : std::nullopt},
+                    {"RDV_UCX_OP", setting.ucx_op ? std::optional<std::string>(setting.ucx_op)
+                                                  : std::nullopt}};
+  WorkerServerOptions options;
+  options.task = 1;
+  options.listen_address = "127.0.0.1:0";
+  options.protocol = setting.protocol;
+  options.cluster = *ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1");
+  options.control.peer_timeout = kPeerTimeout;
+  absl::StatusOr<std::unique_ptr<WorkerServer>> consumer = WorkerServer::Start(options);
+  if (!consumer.ok()) {
+    std::cout << setting.name << ": skipped (" << consumer.status() << ")\n";
+    return 0;
+  }
+  (*consumer)->worker_cache().SetAddress("worker", 1, (*consumer)->address());
+  int unavailable = 0, finished = 0, other = 0;
+  std::vector<double> ms;
+  Footprint warm;
+  const absl::Time started = absl::Now();
+  for (int trial = 1; trial <= trials; ++trial) {
+    absl::StatusOr<Outcome> outcome = Trial(**consumer, env, trial, bytes);
+    if (!outcome.ok()) {
+      std::cout << setting.name << ": trial " << trial << ": " << outcome.status() << "\n";
+      return 1;
+    }
+    if (outcome->status.ok()) {
+      ++finished;
+    } else if (absl::IsUnavailable(outcome->status)) {
+      ++unavailable;
+      ms.push_back(absl::ToDoubleMilliseconds(outcome->after_kill));
+    } else {
+      ++other;
+      std::cout << setting.name << ": trial " << trial << ": " << outcome->status << "\n";
+    }
+    if (trial == std::min(kWarmTrials, trials)) warm = Measure();
+    if (trial % 10 == 0) {
+      const Footprint now = Measure();
+      std::cerr << setting.name << ": " << trial << " trials, " << absl::FormatDuration(absl::Now() - started)
+                << ", fds " << now.fds << ", threads " << now.threads << ", Pss " << now.pss_kib / 1024 << " MiB\n";
+    }
+  }
+  const Footprint last = Measure();
+  std::sort(ms.begin(), ms.end());
+  auto at = [&](double q) { return ms.empty() ? 0.0 : ms[static_cast<size_t>(q * (ms.size() - 1))]; };
+  std::cout << absl::StrFormat(
+      "| %s | %d | %d | %d | %d | %.0f / %.0f / %.0f | %d -> %d | %d -> %d | %.1f -> %.1f |\n",
+      setting.name, trials, unavailable, finished, other, at(0.5), at(0.9), at(1.0), warm.fds,
+      last.fds, warm.threads, last.threads, warm.pss_kib / 1024.0, last.pss_kib / 1024.0);
+  return other == 0 && unavailable + finished == trials ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace rdv::control
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  using rdv::control::Setting;
+  const Setting settings[] = {{"grpc", "grpc", nullptr, nullptr},
+                              {"grpc+ucx tcp", "grpc+ucx", "tcp", nullptr},
+                              {"grpc+ucx shm", "grpc+ucx", "posix,cma,self", nullptr},
+                              {"grpc+ucx shm, gets", "grpc+ucx", "posix,cma,self", "get"}};
+  std::cout << "| setting | trials | UNAVAILABLE | done before the kill | other | kill to "
+               "UNAVAILABLE p50 / p90 / max [ms] | fds | threads | Pss [MiB] |\n"
+               "|---|---|---|---|---|---|---|---|---|\n";
+  int failed = 0;
+  for (const Setting& setting : settings) {
+    const std::string only = absl::GetFlag(FLAGS_only);
+    const bool forced_gets = setting.protocol == std::string("grpc+ucx") && setting.ucx_op;
+    if (only.empty() ? forced_gets : !absl::StrContains(setting.name, only)) continue;
+    failed |= rdv::control::RunSetting(setting, absl::GetFlag(FLAGS_trials),
+                                       absl::GetFlag(FLAGS_bytes));
+  }
+  return failed;
+}
