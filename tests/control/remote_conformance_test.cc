@@ -363,8 +363,16 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
       const absl::Time stopped = absl::Now();
       producer_->Kill();
       ASSERT_TRUE(pending.result.Wait()) << "the Recv hangs on a dead producer";
-      EXPECT_EQ(pending.result.status.code(), absl::StatusCode::kUnavailable)
-          << pending.result.status;
+      if (pending.result.status.ok()) {
+        // An RDMA NIC (SoftRoCE: the kernel) serves a read without the
+        // producer's process: the bytes may arrive before the kill.
+        EXPECT_TRUE(GetParam().needs_rdma)
+            << "a transfer that needs the producer's progress ended while it was stopped";
+        EXPECT_TRUE(VerifyPattern(pending.result.value, 5).ok());
+      } else {
+        EXPECT_EQ(pending.result.status.code(), absl::StatusCode::kUnavailable)
+            << pending.result.status;
+      }
       EXPECT_LT(absl::Now() - stopped, kPeerTimeout + absl::Seconds(3));
       EXPECT_TRUE(rdv::testing::PollUntil([&] { return plane->fetches_in_flight() == 0; }))
           << "the transport never let go of the abandoned fetch";
@@ -645,17 +653,26 @@ TEST_P(RemoteConformanceTest, DescriptorsExposeMemoryOnlyWhereTheNicBoundsTheRea
     EXPECT_EQ(descriptor.address(), 0u);
     EXPECT_TRUE(descriptor.remote_key().empty());
   }
-  // Received, so that nothing stays in flight, and byte-exact.
-  absl::StatusOr<Tensor> destination =
-      Tensor::Allocate(plane->ReceiveAllocator(MemoryLocation::Host()), DType::kUInt8,
-                       *TensorShape::Create({bytes}));
-  ASSERT_TRUE(destination.ok()) << destination.status();
+  // Received, so that nothing stays in flight, and byte-exact. On a thread
+  // of its own, as a worker's Recv would: UCX's thread-local state on the
+  // main thread crashes LeakSanitizer's scan at exit (a stale dynamic TLS
+  // block), which is not what this test is about.
+  absl::StatusOr<Tensor> destination;
   Notification fetched;
   absl::Status status;
-  plane->Fetch(descriptor, *destination, [&](absl::Status s) {
-    status = s;
-    fetched.Notify();
-  });
+  std::thread([&] {
+    destination = Tensor::Allocate(plane->ReceiveAllocator(MemoryLocation::Host()),
+                                   DType::kUInt8, *TensorShape::Create({bytes}));
+    if (!destination.ok()) {
+      status = destination.status();
+      fetched.Notify();
+      return;
+    }
+    plane->Fetch(descriptor, *destination, [&](absl::Status s) {
+      status = s;
+      fetched.Notify();
+    });
+  }).join();
   ASSERT_TRUE(fetched.WaitForNotificationWithTimeout(kWaitLimit));
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_TRUE(VerifyPattern(*destination, 6).ok());
