@@ -6,7 +6,6 @@
 #include <grpcpp/support/proto_buffer_writer.h>
 
 #include "absl/strings/str_cat.h"
-#include "control/cuda_ipc_transfer.h"
 #include "control/grpc_status.h"
 #include "control/protocol.h"
 #include "core/cuda.h"
@@ -63,103 +62,6 @@ TensorDecoder::Allocators DecoderAllocators(DataPlane* data_plane,
 }
 
 }  // namespace
-
-std::shared_ptr<SideTransfer> SideTransfer::Start(std::shared_ptr<WorkerClient> worker,
-                                                  DataPlane* data_plane,
-                                                  const TensorDecoder& decoder, Done done) {
-  std::shared_ptr<SideTransfer> transfer(new SideTransfer(std::move(worker), data_plane,
-                                                          std::move(done)));
-  auto on_done = [transfer](absl::Status status) { transfer->TransportDone(std::move(status)); };
-  if (decoder.has_cuda_ipc()) {
-    FetchByCudaIpc(decoder.meta().cuda_ipc(), decoder.tensor(), std::move(on_done));
-    return transfer;
-  }
-  transfer->descriptor_ = decoder.meta().transport();
-  const uint64_t watch_id = transfer->worker_->watch->Watch(
-      [weak = std::weak_ptr<SideTransfer>(transfer)](const absl::Status& status) {
-        if (std::shared_ptr<SideTransfer> told = weak.lock()) told->Told(status);
-      });
-  {
-    std::lock_guard lock(transfer->mu_);
-    transfer->watch_id_ = watch_id;
-  }
-  data_plane->Fetch(transfer->descriptor_, decoder.tensor(), std::move(on_done));
-  bool lost_meanwhile = false;
-  {
-    std::lock_guard lock(transfer->mu_);
-    lost_meanwhile = transfer->producer_lost_;
-  }
-  // Lost before the fetch was posted: what it posted waits for nobody.
-  if (lost_meanwhile) data_plane->CancelFetch(transfer->descriptor_, true);
-  return transfer;
-}
-
-SideTransfer::SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane, Done done)
-    : worker_(std::move(worker)), data_plane_(data_plane), done_(std::move(done)) {}
-
-bool SideTransfer::Claim() {
-  std::lock_guard lock(mu_);
-  if (ended_) return false;
-  ended_ = true;
-  return true;
-}
-
-void SideTransfer::Unwatch() {
-  uint64_t id = 0;
-  {
-    std::lock_guard lock(mu_);
-    id = std::exchange(watch_id_, 0);
-  }
-  if (id != 0) worker_->watch->Unwatch(id);
-}
-
-void SideTransfer::TransportDone(absl::Status status) {
-  Unwatch();
-  if (Claim()) std::move(done_)(std::move(status));
-}
-
-void SideTransfer::Told(const absl::Status& status) {
-  const bool lost = !absl::IsDeadlineExceeded(status);
-  absl::Duration limit;
-  {
-    std::lock_guard lock(mu_);
-    if (ended_) return;
-    limit = arrival_limit_;
-    ended_ = true;
-    producer_lost_ = lost;
-    watch_id_ = 0;
-  }
-  data_plane_->CancelFetch(descriptor_, lost);
-  if (lost) {
-    std::move(done_)(status);
-    return;
-  }
-  std::move(done_)(absl::DataLossError(absl::StrCat(
-      "worker ", worker_->worker_name, " reported its send of ", descriptor_.length(),
-      " bytes done, but they did not arrive within ", absl::FormatDuration(limit))));
-}
-
-void SideTransfer::ExpectArrivalWithin(absl::Duration limit) {
-  if (descriptor_.op() != RDV_TRANSPORT_OP_TAG) return;
-  uint64_t id = 0;
-  {
-    std::lock_guard lock(mu_);
-    arrival_limit_ = limit;
-    id = watch_id_;
-  }
-  if (id != 0) worker_->watch->SetDeadline(id, absl::Now() + limit);
-}
-
-void SideTransfer::Cancel() {
-  if (descriptor_.producer_transport_address().empty()) return;  // a CUDA IPC copy
-  data_plane_->CancelFetch(descriptor_, false);
-}
-
-void SideTransfer::End(absl::Status status) {
-  Cancel();
-  Unwatch();
-  if (Claim()) std::move(done_)(std::move(status));
-}
 
 // Joins the end of the RecvTensor stream with the end of the data-plane
 // transfer it described. A stream that fails first finishes the Recv at
