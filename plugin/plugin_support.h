@@ -1,6 +1,6 @@
 // What every transport plugin needs besides its own protocol: error
 // messages in the ABI's shape, copying blobs out with the ABI's length
-// convention, and a sealed envelope for remote keys. Header-only, so that a
+// convention, and a sealed envelope for remote keys and addresses. Header-only, so that a
 // plugin .so stays self-contained (it links nothing of rdv's).
 #pragma once
 
@@ -52,9 +52,11 @@ inline uint64_t Fnv1a(const void* data, size_t size) {
   return hash;
 }
 
-// Remote keys travel sealed: a header with a magic number, the length and a
-// checksum, so that a key cut or corrupted on the way is refused before it
-// reaches the transport library (UCX crashes on garbage keys).
+// Remote keys and transport addresses travel sealed: a header with a magic
+// number, the length and a checksum, so that a blob cut, corrupted or made
+// up on the way is refused before it reaches the transport library (UCX
+// crashes on a garbage key and aborts on a garbage address). Not a MAC:
+// who may send blobs at all is the control plane's door (docs/security.md).
 struct KeyHeader {
   uint32_t magic;
   uint32_t length;
@@ -62,17 +64,17 @@ struct KeyHeader {
 };
 inline constexpr uint32_t kKeyMagic = 0x4b564452;  // "RDVK"
 
-inline std::string SealKey(const void* key, size_t size) {
+inline std::string Seal(const void* blob, size_t size) {
   std::string sealed(sizeof(KeyHeader) + size, '\0');
-  const KeyHeader header{kKeyMagic, static_cast<uint32_t>(size), Fnv1a(key, size)};
+  const KeyHeader header{kKeyMagic, static_cast<uint32_t>(size), Fnv1a(blob, size)};
   std::memcpy(sealed.data(), &header, sizeof(header));
-  std::memcpy(sealed.data() + sizeof(header), key, size);
+  std::memcpy(sealed.data() + sizeof(header), blob, size);
   return sealed;
 }
 
-// The key inside a sealed key, or null when the bytes are not one;
-// `*size` is the key's length.
-inline const void* UnsealKey(const void* sealed, size_t length, size_t* size) {
+// The blob inside sealed bytes, or null when the bytes are not one;
+// `*size` is the blob's length.
+inline const void* Unseal(const void* sealed, size_t length, size_t* size) {
   KeyHeader header;
   if (length < sizeof(header)) return nullptr;
   std::memcpy(&header, sealed, sizeof(header));

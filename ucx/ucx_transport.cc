@@ -30,9 +30,9 @@
 namespace {
 
 using rdv::plugin_support::CopyOut;
-using rdv::plugin_support::SealKey;
+using rdv::plugin_support::Seal;
 using rdv::plugin_support::SetError;
-using rdv::plugin_support::UnsealKey;
+using rdv::plugin_support::Unseal;
 using rdv::ucx_plugin::ApplyTunedDefaults;
 using rdv::ucx_plugin::CheckSharedMemorySegments;
 using rdv::ucx_plugin::ReadPreferredOp;
@@ -421,9 +421,9 @@ int LocalAddress(rdv_transport_context_t handle, void* buffer, size_t* length,
   size_t size = 0;
   const ucs_status_t status = ucp_worker_get_address(context->worker, &address, &size);
   if (status != UCS_OK) return UcxError(error, status, "ucp_worker_get_address");
-  const int code = CopyOut(address, size, buffer, length, error);
+  const std::string sealed = Seal(address, size);
   ucp_worker_release_address(context->worker, address);
-  return code;
+  return CopyOut(sealed.data(), sealed.size(), buffer, length, error);
 }
 
 void OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -432,9 +432,16 @@ void OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
   endpoint->context->Log(1, std::string("UCX endpoint failed: ") + ucs_status_string(status));
 }
 
-int Connect(rdv_transport_context_t handle, const void* peer_address, size_t,
+int Connect(rdv_transport_context_t handle, const void* sealed_address, size_t length,
             rdv_transport_endpoint_t* out, rdv_transport_error_t* error) {
   Context* context = ContextOf(handle);
+  size_t address_length = 0;
+  const void* peer_address = Unseal(sealed_address, length, &address_length);
+  if (peer_address == nullptr) {
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                    "the peer's address is not a UCX worker address packed by rdv (%zu bytes, "
+                    "truncated or corrupted)", length);
+  }
   auto* endpoint = new Endpoint;
   endpoint->context = context;
   ucp_ep_params_t params{};
@@ -649,7 +656,7 @@ int MemPack(rdv_transport_memory_t handle, void* buffer, size_t* length,
   size_t size = 0;
   const ucs_status_t status = ucp_rkey_pack(memory->context->ucp, memory->memh, &key, &size);
   if (status != UCS_OK) return UcxError(error, status, "ucp_rkey_pack");
-  const std::string packed = SealKey(key, size);
+  const std::string packed = Seal(key, size);
   ucp_rkey_buffer_release(key);
   return CopyOut(packed.data(), packed.size(), buffer, length, error);
 }
@@ -704,7 +711,7 @@ int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_addres
             rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error) {
   auto* endpoint = reinterpret_cast<Endpoint*>(handle);
   size_t key_length = 0;
-  const void* key = UnsealKey(remote_key, remote_key_length, &key_length);
+  const void* key = Unseal(remote_key, remote_key_length, &key_length);
   if (key == nullptr) {
     return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
                     "the peer's memory descriptor is not a UCX key packed by rdv (%zu bytes, "

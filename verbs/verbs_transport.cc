@@ -48,9 +48,9 @@
 namespace {
 
 using rdv::plugin_support::CopyOut;
-using rdv::plugin_support::SealKey;
+using rdv::plugin_support::Seal;
 using rdv::plugin_support::SetError;
-using rdv::plugin_support::UnsealKey;
+using rdv::plugin_support::Unseal;
 
 constexpr int kExchangeTimeoutMs = 5000;  // TCP connect and QP info swap
 constexpr int kMaxReadsInFlight = 16;     // per QP, clamped to the device's limit
@@ -1150,7 +1150,7 @@ int MemPack(rdv_transport_memory_t handle, void* buffer, size_t* length,
             rdv_transport_error_t* error) {
   const auto* memory = reinterpret_cast<const Memory*>(handle);
   const uint32_t rkey = memory->mr->rkey;
-  const std::string sealed = SealKey(&rkey, sizeof(rkey));
+  const std::string sealed = Seal(&rkey, sizeof(rkey));
   return CopyOut(sealed.data(), sealed.size(), buffer, length, error);
 }
 
@@ -1160,7 +1160,7 @@ int PostRdma(rdv_transport_endpoint_t handle, ibv_wr_opcode opcode, void* local,
              rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error) {
   auto* endpoint = reinterpret_cast<Endpoint*>(handle);
   size_t key_length = 0;
-  const void* key = UnsealKey(remote_key, remote_key_length, &key_length);
+  const void* key = Unseal(remote_key, remote_key_length, &key_length);
   if (key == nullptr || key_length != sizeof(uint32_t)) {
     return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
                     "verbs: the peer's memory descriptor is not a verbs key sealed by rdv (%zu "

@@ -154,6 +154,23 @@ TEST_F(HostileProducerTest, MalformedAnswersFailTheRecvAndTheConsumerServesOn) {
   EXPECT_EQ(std::string(static_cast<const char*>(value.data()), value.TotalBytes()), "abcd");
 }
 
+// A producer whose descriptor names a transport address that is not one:
+// refused before UCX parses it (UCX aborts the process on a garbage one).
+TEST_F(HostileProducerTest, GarbageProducerAddressFailsTheRecv) {
+  StartConsumer("grpc+ucx");
+  if (consumer_ == nullptr) return;
+  TensorMeta meta = ForgedMeta(DType::kUInt8, {65536}, 0);
+  TransportDescriptor* transport = meta.mutable_transport();
+  transport->set_op(RDV_TRANSPORT_OP_GET);
+  transport->set_transfer_id(1);
+  transport->set_length(65536);
+  transport->set_address(0x10000);
+  transport->set_remote_key("key");
+  transport->set_producer_transport_address(std::string("\x01\x02 not an address"));
+  ExpectRecvFails(ForgedChunk(&meta, 0, ""), absl::StatusCode::kInvalidArgument,
+                  "a descriptor naming a garbage transport address");
+}
+
 // A producer that describes a tagged send, says the send is done, and never
 // sends: the consumer's posted receive is bounded by the peer timeout.
 TEST_F(HostileProducerTest, TaggedSendThatNeverComesFailsTheRecvWithinThePeerTimeout) {

@@ -681,6 +681,29 @@ TEST_P(RemoteConformanceTest, DescriptorsExposeMemoryOnlyWhereTheNicBoundsTheRea
   EXPECT_TRUE(reader->Finish().ok());
 }
 
+// A consumer's transport address that is not one is refused before the
+// transport parses it, and the producer serves on.
+TEST_P(RemoteConformanceTest, GarbageConsumerAddressIsRefusedAndTheProducerServesOn) {
+  if (consumer_->data_plane() == nullptr) GTEST_SKIP() << "protocol grpc has no addresses";
+  const ParsedKey key = Key("misaddressed");
+  ASSERT_TRUE(Produce(52, {Item(key, DType::kUInt8, {int64_t{1} << 20}, 8)}).ok());
+  RecvTensorRequest request = RawRequest(52, key, 52001);
+  request.set_protocol(GetParam().protocol);
+  request.set_consumer_transport_address(std::string("\x01\x02 not an address"));
+  grpc::Status status;
+  RawRecvTensor(request, &status);
+  // A producer that sends (tag) needs the address; one that lends its
+  // buffer (get) does not read it.
+  EXPECT_TRUE(status.ok() || status.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_code() << ": " << status.error_message();
+  const ParsedKey next = Key("after");
+  ASSERT_TRUE(Produce(52, {Item(next, DType::kUInt8, {int64_t{1} << 20}, 9)}).ok());
+  Tensor value;
+  bool is_dead;
+  ASSERT_TRUE(Recv(52, next, &value, &is_dead).ok());
+  EXPECT_TRUE(VerifyPattern(value, 9).ok());
+}
+
 TEST_P(RemoteConformanceTest, RestartedProducerGivesAborted) {
   const uint64_t old_incarnation = producer_->incarnation();
   producer_->Kill();

@@ -178,6 +178,20 @@ TEST_P(TransportConformanceTest, ForgedRemoteKeyIsAnErrorNotACrash) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
 }
 
+// An address made up, or a real one cut short, is refused before the
+// transport library parses it (UCX aborts the process on a garbage one).
+TEST_P(TransportConformanceTest, ForgedAddressIsAnErrorNotACrash) {
+  RDV_LOAD_OR_SKIP(a, GetParam());
+  const std::string address = *a->LocalAddress();
+  for (const std::string& forged :
+       {std::string(), std::string("garbage"), std::string(address.size(), '\xff'),
+        address.substr(0, address.size() - 1), address + "x"}) {
+    auto endpoint = a->Connect(forged);
+    EXPECT_EQ(endpoint.status().code(), absl::StatusCode::kInvalidArgument)
+        << forged.size() << " bytes: " << endpoint.status();
+  }
+}
+
 // An aborted endpoint ends what is in flight (once each, with its result
 // or CANCELLED), refuses more with UNAVAILABLE, and a new endpoint between
 // the same two contexts works.
