@@ -5,15 +5,18 @@
 // grow: its open fds, threads and proportional set size (Pss) are printed
 // after the first trials and after the last.
 //   rdv_peer_death [--trials N] [--bytes B] [--only NAME]
+//                  [--ib_device D --peer_ib_device P]
 // Runs grpc, grpc+ucx over tcp and over shared memory (tagged, the
 // default there); --only "shm, gets" forces gets over shared memory
 // (RDV_UCX_OP=get), which is not in the default run: docs/robustness.md.
+// With an RDMA device (the SoftRoCE guest: tests/softroce/softroce-vm),
+// also grpc+verbs and grpc+ucx over rc_verbs, the producer on another
+// device than this process.
 #include <signal.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -23,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/death_trials.h"
 #include "control/worker_process.h"
 #include "control/worker_server.h"
 #include "core/notification.h"
@@ -30,47 +34,35 @@
 ABSL_FLAG(int, trials, 100, "trials per setting");
 ABSL_FLAG(int64_t, bytes, int64_t{256} << 20, "bytes of the tensor each trial moves");
 ABSL_FLAG(std::string, only, "", "run only the settings whose name contains this");
+ABSL_FLAG(std::string, ib_device, "rxe0", "RDMA settings: this process's device");
+ABSL_FLAG(std::string, peer_ib_device, "rxe1", "RDMA settings: the producer's device");
 
 namespace rdv::control {
 namespace {
 
-constexpr char kProducerCpu[] = "/job:worker/replica:0/task:0/device:CPU:0";
-constexpr char kConsumerCpu[] = "/job:worker/replica:0/task:1/device:CPU:0";
+using bench::kConsumerCpu;
+using bench::kProducerCpu;
+using bench::kWarmTrials;
+using bench::Setting;
+
 constexpr absl::Duration kPeerTimeout = absl::Seconds(2);
-// The consumer's figures are taken after this many trials (warm caches,
-// threads and pools) and again after the last.
-constexpr int kWarmTrials = 5;
 
-struct Setting {
-  const char* name;
-  const char* protocol;
-  const char* ucx_tls;  // or null
-  const char* ucx_op;   // or null
-};
-
-struct Footprint {
-  int fds = 0;
-  int threads = 0;
-  int64_t pss_kib = 0;
-};
-
-int64_t ProcField(const char* file, const char* field) {
-  std::ifstream in(file);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) return std::strtoll(line.c_str() + std::strlen(field), nullptr, 10);
-  }
-  return -1;
+bool HaveRdmaDevice() {
+  std::error_code error;
+  return !std::filesystem::is_empty("/sys/class/infiniband", error) && !error;
 }
 
-Footprint Measure() {
-  Footprint footprint;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    ++footprint.fds;
-  }
-  footprint.threads = static_cast<int>(ProcField("/proc/self/status", "Threads:"));
-  footprint.pss_kib = ProcField("/proc/self/smaps_rollup", "Pss:");
-  return footprint;
+// The RDMA settings' devices: this process on --ib_device, the producer on
+// --peer_ib_device, so that the bytes cross the wire between the two.
+void AddRdmaDevices(EnvChanges* producer_env) {
+  const std::string device = absl::GetFlag(FLAGS_ib_device);
+  const std::string peer = absl::GetFlag(FLAGS_peer_ib_device);
+  setenv("RDV_IB_DEVICE", device.c_str(), 1);
+  setenv("UCX_NET_DEVICES", absl::StrCat(device, ":1").c_str(), 1);
+  setenv("UCX_UD_VERBS_ETH_DGID_CHECK", "n", 1);
+  producer_env->emplace_back("RDV_IB_DEVICE", peer);
+  producer_env->emplace_back("UCX_NET_DEVICES", absl::StrCat(peer, ":1"));
+  producer_env->emplace_back("UCX_UD_VERBS_ETH_DGID_CHECK", "n");
 }
 
 struct Outcome {
@@ -152,6 +144,13 @@ int RunSetting(const Setting& setting, int trials, int64_t bytes) {
                                                 : std::nullopt},
                     {"RDV_UCX_OP", setting.ucx_op ? std::optional<std::string>(setting.ucx_op)
                                                   : std::nullopt}};
+  if (setting.needs_rdma) {
+    if (!HaveRdmaDevice()) {
+      std::cout << setting.name << ": skipped (no RDMA device; run it in tests/softroce/softroce-vm)\n";
+      return 0;
+    }
+    AddRdmaDevices(&env);
+  }
   WorkerServerOptions options;
   options.task = 1;
   options.listen_address = "127.0.0.1:0";
@@ -166,7 +165,7 @@ int RunSetting(const Setting& setting, int trials, int64_t bytes) {
   (*consumer)->worker_cache().SetAddress("worker", 1, (*consumer)->address());
   int unavailable = 0, finished = 0, other = 0;
   std::vector<double> ms;
-  Footprint warm;
+  bench::Footprint warm;
   const absl::Time started = absl::Now();
   for (int trial = 1; trial <= trials; ++trial) {
     absl::StatusOr<Outcome> outcome = Trial(**consumer, env, trial, bytes);
@@ -183,20 +182,18 @@ int RunSetting(const Setting& setting, int trials, int64_t bytes) {
       ++other;
       std::cout << setting.name << ": trial " << trial << ": " << outcome->status << "\n";
     }
-    if (trial == std::min(kWarmTrials, trials)) warm = Measure();
+    if (trial == std::min(kWarmTrials, trials)) warm = bench::MeasureFootprint();
     if (trial % 10 == 0) {
-      const Footprint now = Measure();
+      const bench::Footprint now = bench::MeasureFootprint();
       std::cerr << setting.name << ": " << trial << " trials, " << absl::FormatDuration(absl::Now() - started)
                 << ", fds " << now.fds << ", threads " << now.threads << ", Pss " << now.pss_kib / 1024 << " MiB\n";
     }
   }
-  const Footprint last = Measure();
-  std::sort(ms.begin(), ms.end());
-  auto at = [&](double q) { return ms.empty() ? 0.0 : ms[static_cast<size_t>(q * (ms.size() - 1))]; };
+  const bench::Footprint last = bench::MeasureFootprint();
   std::cout << absl::StrFormat(
-      "| %s | %d | %d | %d | %d | %.0f / %.0f / %.0f | %d -> %d | %d -> %d | %.1f -> %.1f |\n",
-      setting.name, trials, unavailable, finished, other, at(0.5), at(0.9), at(1.0), warm.fds,
-      last.fds, warm.threads, last.threads, warm.pss_kib / 1024.0, last.pss_kib / 1024.0);
+      "| %s | %d | %d | %d | %d | %s | %d -> %d | %d -> %d | %.1f -> %.1f |\n", setting.name,
+      trials, unavailable, finished, other, bench::Quantiles(ms), warm.fds, last.fds,
+      warm.threads, last.threads, warm.pss_kib / 1024.0, last.pss_kib / 1024.0);
   return other == 0 && unavailable + finished == trials ? 0 : 1;
 }
 
@@ -205,16 +202,11 @@ int RunSetting(const Setting& setting, int trials, int64_t bytes) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  using rdv::control::Setting;
-  const Setting settings[] = {{"grpc", "grpc", nullptr, nullptr},
-                              {"grpc+ucx tcp", "grpc+ucx", "tcp", nullptr},
-                              {"grpc+ucx shm", "grpc+ucx", "posix,cma,self", nullptr},
-                              {"grpc+ucx shm, gets", "grpc+ucx", "posix,cma,self", "get"}};
   std::cout << "| setting | trials | UNAVAILABLE | done before the kill | other | kill to "
                "UNAVAILABLE p50 / p90 / max [ms] | fds | threads | Pss [MiB] |\n"
                "|---|---|---|---|---|---|---|---|---|\n";
   int failed = 0;
-  for (const Setting& setting : settings) {
+  for (const rdv::bench::Setting& setting : rdv::bench::kSettings) {
     const std::string only = absl::GetFlag(FLAGS_only);
     const bool forced_gets = setting.protocol == std::string("grpc+ucx") && setting.ucx_op;
     if (only.empty() ? forced_gets : !absl::StrContains(setting.name, only)) continue;

@@ -25,6 +25,7 @@ bool CudaIpcWanted(const RecvTensorRequest& request, const Tensor& value) {
 }
 
 absl::StatusOr<CudaIpcDescriptor> LendByCudaIpc(int64_t step_id, const Tensor& value,
+                                                const ConsumerWatcher& consumer,
                                                 HeldTransfers* lent) {
   RDV_ASSIGN_OR_RETURN(cuda::IpcExport exported, cuda::ExportIpc(value.data()));
   CudaIpcDescriptor descriptor;
@@ -32,7 +33,7 @@ absl::StatusOr<CudaIpcDescriptor> LendByCudaIpc(int64_t step_id, const Tensor& v
   descriptor.set_buffer_id(exported.buffer_id);
   descriptor.set_offset(exported.offset);
   descriptor.set_length(value.TotalBytes());
-  descriptor.set_transfer_id(lent->Hold(step_id, value, nullptr));
+  descriptor.set_transfer_id(lent->Hold(step_id, value, nullptr, consumer));
   return descriptor;
 }
 

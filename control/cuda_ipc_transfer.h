@@ -22,8 +22,10 @@ void RequestCudaIpc(MemoryLocation destination, RecvTensorRequest* request);
 bool CudaIpcWanted(const RecvTensorRequest& request, const Tensor& value);
 
 // Producer: exports `value`'s allocation and holds `value` in `lent` until
-// the consumer releases it. Errors say why the allocation cannot be lent.
+// the consumer releases it (or is lost: `consumer`). Errors say why the
+// allocation cannot be lent.
 absl::StatusOr<CudaIpcDescriptor> LendByCudaIpc(int64_t step_id, const Tensor& value,
+                                                const ConsumerWatcher& consumer,
                                                 HeldTransfers* lent);
 
 // Consumer: copies the lent bytes into `destination` (a device tensor of

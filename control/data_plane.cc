@@ -96,6 +96,7 @@ void DataPlane::ForgetEndpoint(const std::string& address) {
 absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t request_id,
                                                      const Tensor& tensor,
                                                      absl::string_view consumer_address,
+                                                     const ConsumerWatcher& consumer,
                                                      plugin::TransportDone sent) {
   TransportDescriptor descriptor;
   descriptor.set_op(transport_->preferred_op());
@@ -108,10 +109,20 @@ absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t re
     RDV_ASSIGN_OR_RETURN(std::shared_ptr<plugin::TransportEndpoint> endpoint,
                          EndpointTo(consumer_address));
     descriptor.set_transfer_id(static_cast<uint64_t>(request_id));
+    // Shared memory never fails a send to a dead consumer by itself.
+    ConsumerLease lease =
+        consumer.Lease([weak = std::weak_ptr<plugin::TransportEndpoint>(endpoint)]() {
+          if (std::shared_ptr<plugin::TransportEndpoint> lost = weak.lock()) lost->Abort();
+        });
+    // Any failure leaves the endpoint out of service: a send has no cancel
+    // but an abort.
+    sends_in_flight_->fetch_add(1);
     transport_->Send(*endpoint, tensor.data(), tensor.TotalBytes(), descriptor.transfer_id(),
-                     [this, endpoint, tensor, address = std::string(consumer_address),
+                     [this, endpoint, tensor, lease = std::move(lease),
+                      in_flight = sends_in_flight_, address = std::string(consumer_address),
                       sent = std::move(sent)](absl::Status status) mutable {
-                       if (!status.ok() && !absl::IsCancelled(status)) ForgetEndpoint(address);
+                       in_flight->fetch_sub(1);
+                       if (!status.ok()) ForgetEndpoint(address);
                        std::move(sent)(std::move(status));
                      });
     return descriptor;
@@ -119,7 +130,8 @@ absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t re
   RDV_ASSIGN_OR_RETURN(plugin::Registration registration, registrations_.Lookup(tensor.buffer()));
   descriptor.set_address(reinterpret_cast<uint64_t>(tensor.data()));
   descriptor.set_remote_key(registration.memory->remote_key());
-  descriptor.set_transfer_id(held_.Hold(step_id, tensor, std::move(registration.hold)));
+  descriptor.set_transfer_id(
+      held_.Hold(step_id, tensor, std::move(registration.hold), consumer));
   std::move(sent)(absl::OkStatus());
   return descriptor;
 }

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "control/consumer_lease.h"
 #include "control/held_transfers.h"
 #include "control/worker.pb.h"
 #include "core/tensor.h"
@@ -54,15 +55,21 @@ class DataPlane {
   // Producer side. `sent` runs once the producer's part is over: at once
   // for op get (the tensor then waits for Release), when the send ends for
   // op tag (sent under the consumer's `request_id`, unique on its side).
+  // When `consumer` says its consumer is lost, the tensor held for it goes
+  // (op get), or the endpoint to it is aborted, which ends the send (op tag).
   absl::StatusOr<TransportDescriptor> Offer(int64_t step_id, int64_t request_id,
                                             const Tensor& tensor,
                                             absl::string_view consumer_address,
+                                            const ConsumerWatcher& consumer,
                                             plugin::TransportDone sent);
   // INVALID_ARGUMENT for a transfer this worker does not hold (unknown id,
   // another step, or a length that differs from what it described); OK for
   // one of a step cleaned up lately (its ack crossed the cleanup).
   absl::Status Release(const ReleasedTransfer& transfer);
   void DropStep(int64_t step_id);
+  void DropAllHeld() { held_.Clear(); }
+  // Tensors offered for op get and not released yet.
+  size_t transfers_held() const { return held_.size(); }
 
   // Consumer side: fills `destination` (from ReceiveAllocator, of
   // TotalBytes() == descriptor.length) and calls `done` on the transport's
@@ -81,6 +88,8 @@ class DataPlane {
   bool MovesCudaMemory() const;
   // Fetches posted whose transport has not let go of them yet.
   int64_t fetches_in_flight() const { return fetches_in_flight_->load(); }
+  // Tagged sends posted whose transport has not let go of them yet.
+  int64_t sends_in_flight() const { return sends_in_flight_->load(); }
 
  private:
   DataPlane(std::string protocol, DataPlaneOptions options,
@@ -98,8 +107,10 @@ class DataPlane {
   std::string local_address_;
 
   HeldTransfers held_;
-  // Shared with the fetches' callbacks, which may outlive the data plane.
+  // Shared with the transfers' callbacks, which may outlive the data plane.
   const std::shared_ptr<std::atomic<int64_t>> fetches_in_flight_ =
+      std::make_shared<std::atomic<int64_t>>(0);
+  const std::shared_ptr<std::atomic<int64_t>> sends_in_flight_ =
       std::make_shared<std::atomic<int64_t>>(0);
 
   mutable std::mutex mu_;

@@ -1,7 +1,7 @@
 // The producer's table of tensors lent to consumers (a transport buffer a
 // consumer reads, a GPU allocation mapped by CUDA IPC), each under a
-// transfer id until the consumer releases it or its step is cleaned up.
-// Thread-safe.
+// transfer id until the consumer releases it, its step is cleaned up, or
+// the consumer is lost (control/consumer_lease.h). Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "control/consumer_lease.h"
 #include "control/worker.pb.h"
 #include "core/tensor.h"
 
@@ -17,29 +18,41 @@ namespace rdv::control {
 
 class HeldTransfers {
  public:
-  // Keeps `tensor` and `keepalive` (a registration, say) until released;
-  // returns the new transfer id.
-  uint64_t Hold(int64_t step_id, Tensor tensor, std::shared_ptr<const void> keepalive);
+  HeldTransfers();
+
+  // Keeps `tensor` and `keepalive` (a registration, say) until released,
+  // or until `consumer` says its consumer is lost; returns the transfer id.
+  uint64_t Hold(int64_t step_id, Tensor tensor, std::shared_ptr<const void> keepalive,
+                const ConsumerWatcher& consumer);
   // INVALID_ARGUMENT for a transfer this worker does not hold (unknown id,
   // another step, or a length that differs from the tensor's); OK for one
   // of a step cleaned up lately (its ack crossed the cleanup).
   absl::Status Release(const ReleasedTransfer& transfer);
   void DropStep(int64_t step_id);
   void Clear();
+  size_t size() const;
 
  private:
   struct Held {
     int64_t step_id;
     Tensor tensor;
     std::shared_ptr<const void> keepalive;
+    ConsumerLease lease;
+  };
+  // Shared with the leases' callbacks, which may outlive this object.
+  struct Table {
+    // Lets go of `id` (its consumer was lost).
+    void Drop(uint64_t id);
+
+    mutable std::mutex mu;
+    uint64_t next_transfer_id = 1;                 // mu
+    absl::flat_hash_map<uint64_t, Held> held;      // mu
+    absl::flat_hash_set<int64_t> cleaned_steps;    // mu
   };
   // Steps cleaned up lately, whose late acks are not errors; bounded.
   static constexpr size_t kCleanedStepsKept = 4096;
 
-  std::mutex mu_;
-  uint64_t next_transfer_id_ = 1;                 // mu_
-  absl::flat_hash_map<uint64_t, Held> held_;      // mu_
-  absl::flat_hash_set<int64_t> cleaned_steps_;    // mu_
+  const std::shared_ptr<Table> table_;
 };
 
 }  // namespace rdv::control

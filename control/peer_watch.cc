@@ -40,8 +40,13 @@ PeerWatch::~PeerWatch() {
   }
 }
 
-uint64_t PeerWatch::Watch(Lost lost) {
+uint64_t PeerWatch::Watch(Lost lost) { return Add(std::move(lost), /*heard=*/true); }
+
+uint64_t PeerWatch::WatchOnceAnswered(Lost lost) { return Add(std::move(lost), /*heard=*/false); }
+
+uint64_t PeerWatch::Add(Lost lost, bool heard) {
   std::unique_lock lock(mu_);
+  if (heard) reached_ = true;
   const uint64_t id = next_id_++;
   watches_.emplace(id, Watched{std::move(lost)});
   if (running_) {
@@ -83,6 +88,11 @@ void PeerWatch::Unwatch(uint64_t id) {
   watches_.erase(id);
 }
 
+bool PeerWatch::WatchingReached() const {
+  std::lock_guard lock(mu_);
+  return reached_ && !watches_.empty();
+}
+
 void PeerWatch::Run() {
   std::unique_lock lock(mu_);
   while (!stop_) {
@@ -97,10 +107,17 @@ void PeerWatch::Run() {
     const bool lost = CheckOnce(&why);
     lock.lock();
     TellExpired(lock);
-    if (!lost || stop_) continue;
+    if (stop_) continue;
+    if (lost && !reached_) {
+      // Unreachable, not lost: look again a slice later, not in a loop.
+      changed_.wait_for(lock, absl::ToChronoNanoseconds(kSlice), [this] { return stop_; });
+      continue;
+    }
+    if (!lost) continue;
+    reached_ = false;
     const absl::Status status = absl::UnavailableError(
         absl::StrCat("worker ", worker_name_, " at ", address_,
-                     " was lost while a transfer from it was in flight: ", why));
+                     " was lost while a transfer with it was in flight: ", why));
     RDV_LOG(Warning) << status.message();
     absl::flat_hash_map<uint64_t, Watched> told = std::move(watches_);
     watches_.clear();
@@ -116,9 +133,19 @@ bool PeerWatch::CheckOnce(std::string* why) {
   if (state == GRPC_CHANNEL_READY) {
     channel_->WaitForStateChange(state, absl::ToChronoTime(absl::Now() + kSlice));
     state = channel_->GetState(false);
-    if (state == GRPC_CHANNEL_READY) return false;
+    if (state == GRPC_CHANNEL_READY) {
+      MarkReached();
+      return false;
+    }
   }
-  return !Answers(why);
+  if (!Answers(why)) return true;
+  MarkReached();
+  return false;
+}
+
+void PeerWatch::MarkReached() {
+  std::lock_guard lock(mu_);
+  reached_ = true;
 }
 
 bool PeerWatch::Answers(std::string* why) {

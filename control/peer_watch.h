@@ -5,6 +5,11 @@
 // unanswered for the peer timeout) and a Handshake then gets no answer
 // within half the peer timeout. Each watched transfer is then told, once.
 //
+// A worker is lost only once it was reached: its channel was ready or it
+// answered a Handshake since it was last lost, or a caller heard from it
+// (Watch). An address no one ever answered at (a placeholder in a cluster
+// spec) is unreachable, not lost: its watches wait for their deadline.
+//
 // A thread per watched worker runs while something is watched, and a peer
 // timeout longer (so that back-to-back transfers share it). Thread-safe.
 #pragma once
@@ -43,11 +48,19 @@ class PeerWatch {
 
   // `lost` runs once if the worker is lost before Unwatch(id). It may be
   // running when Unwatch is called: the caller settles which came first.
+  // The caller just heard from the worker (an answer over the channel).
   uint64_t Watch(Lost lost);
+  // The same for a caller that has not heard from the worker itself (a
+  // producer watching the consumer a key names): `lost` runs only if the
+  // watch reached the worker before it was lost.
+  uint64_t WatchOnceAnswered(Lost lost);
   // Tells the watch `id` at `deadline` (within 100 ms) if it is still
   // watched then.
   void SetDeadline(uint64_t id, absl::Time deadline);
   void Unwatch(uint64_t id);
+  // Whether something is watched and the worker was reached: a loss now
+  // is told.
+  bool WatchingReached() const;
 
  private:
   struct Watched {
@@ -55,12 +68,14 @@ class PeerWatch {
     absl::Time deadline = absl::InfiniteFuture();
   };
 
+  uint64_t Add(Lost lost, bool heard);
   void Run();
   // Tells the watches whose deadline passed. Takes and gives back `lock`.
   void TellExpired(std::unique_lock<std::mutex>& lock);
   // Waits a while on the connection; true when the worker is lost, with
   // why in `*why`.
   bool CheckOnce(std::string* why);
+  void MarkReached();
   // Whether the worker answers a Handshake within the peer timeout.
   bool Answers(std::string* why);
 
@@ -70,11 +85,12 @@ class PeerWatch {
   const std::string address_;
   const absl::Duration peer_timeout_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable changed_;
   absl::flat_hash_map<uint64_t, Watched> watches_;  // mu_
   uint64_t next_id_ = 1;                         // mu_
   bool running_ = false;                         // mu_: thread_ is in Run
+  bool reached_ = false;                         // mu_: answered since last lost
   bool stop_ = false;                            // mu_
   grpc::ClientContext* probe_ = nullptr;         // mu_: the Handshake in flight
   std::thread thread_;

@@ -110,6 +110,13 @@ void WorkerCache::SetAddress(absl::string_view job, int task, std::string addres
   });
 }
 
+std::vector<std::shared_ptr<WorkerClient>> WorkerCache::Clients() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<WorkerClient>> clients;
+  for (const auto& [name, client] : clients_) clients.push_back(client);
+  return clients;
+}
+
 ClusterSpec WorkerCache::cluster() const {
   std::lock_guard lock(mu_);
   return cluster_;

@@ -83,6 +83,8 @@ class WorkerCache {
   // calls in flight keep their old channel.
   void SetAddress(absl::string_view job, int task, std::string address);
 
+  // The clients made so far (not the retired ones).
+  std::vector<std::shared_ptr<WorkerClient>> Clients() const;
   ClusterSpec cluster() const;
   const ControlOptions& options() const { return options_; }
 

@@ -249,9 +249,8 @@ class LaunchedWorkerProcess final : public WorkerProcess {
   uint64_t worker_id_ = 0;  // 0: none (never started, or reaped)
 };
 
-// A port nothing listens on now: bound to port 0, read back, released.
-// Another process could take it before the worker does; the worker then
-// fails to start and says so.
+}  // namespace
+
 absl::StatusOr<int> FreeLoopbackPort() {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
@@ -266,8 +265,6 @@ absl::StatusOr<int> FreeLoopbackPort() {
   if (!ok) return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", strerror(error)));
   return ntohs(address.sin_port);
 }
-
-}  // namespace
 
 absl::StatusOr<std::vector<std::unique_ptr<WorkerProcess>>> StartLocalCluster(
     int count, const std::vector<std::string>& args, absl::Duration timeout,

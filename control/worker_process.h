@@ -66,6 +66,11 @@ class WorkerProcess {
   uint64_t incarnation_ = 0;
 };
 
+// A port of 127.0.0.1 nothing listens on now: bound to port 0, read back,
+// released. Another process could take it before a worker does; the worker
+// then fails to start and says so.
+absl::StatusOr<int> FreeLoopbackPort();
+
 // `count` rdv-workers on 127.0.0.1 that know each other: tasks 0..count-1
 // of job "worker", each on a free port, each with `args` besides and, when
 // given, task t with `task_env[t]`. Sets `cluster` to their addresses.

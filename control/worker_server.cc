@@ -16,8 +16,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "control/consumer_lease.h"
 #include "control/cuda_ipc_transfer.h"
 #include "control/grpc_status.h"
+#include "control/held_values.h"
 #include "control/named_tensor.h"
 #include "control/protocol.h"
 #include "control/rpc_remote_rendezvous.h"
@@ -84,16 +86,13 @@ class WorkerServer::Impl {
   // Producer side of RecvTensor: checks that this worker is the key's source
   // and that the request is new.
   absl::Status AdmitRecvTensor(const RecvTensorRequest& request, const ParsedKey& key);
-  // A value taken for a single_message RecvTensor whose answer needs a
-  // stream, kept for the consumer's fetch_held call.
-  struct HeldValue {
-    Tensor value;
-    bool is_dead = false;
-  };
-  void HoldValue(int64_t step_id, int64_t request_id, HeldValue held);
-  // The held value, once; NOT_FOUND when there is none (already fetched, or
-  // its step was cleaned up).
-  absl::StatusOr<HeldValue> TakeHeldValue(int64_t step_id, int64_t request_id);
+  // The value held for a fetch_held call, once; NOT_FOUND when there is
+  // none (already fetched, its step cleaned up, or its consumer lost).
+  absl::StatusOr<HeldValues::Value> TakeHeldValue(int64_t step_id, int64_t request_id);
+  // Watches the consumer `key` names for what is held for it.
+  ConsumerWatcher WatcherFor(const ParsedKey& key) {
+    return ConsumerWatcher(worker_cache_, env_.worker_name, key);
+  }
   absl::Status Produce(const ProduceRequest& request);
   absl::Status ReleaseTransfers(
       const google::protobuf::RepeatedPtrField<ReleasedTransfer>& transfers);
@@ -115,6 +114,8 @@ class WorkerServer::Impl {
   std::unique_ptr<DataPlane> data_plane_;
   // GPU tensors lent to consumers on this host (control/cuda_ipc_transfer.h).
   HeldTransfers cuda_ipc_lent_;
+  // Values taken for single_message RecvTensors whose answer needs a stream.
+  HeldValues held_values_;
   WorkerCache worker_cache_;
   RendezvousMgr rendezvous_mgr_;
   std::string address_;
@@ -208,19 +209,36 @@ class WorkerServer::Impl {
     explicit DriverServiceImpl(Impl* impl) : impl_(impl) {}
     grpc::ServerUnaryReactor* Produce(grpc::CallbackServerContext* context,
                                       const ProduceRequest* request, ProduceResponse*) override {
-    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
+      if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
       return Reply(context, impl_->Produce(*request));
     }
     grpc::ServerUnaryReactor* FetchBytes(grpc::CallbackServerContext* context,
                                          const FetchBytesRequest* request,
                                          FetchBytesResponse* response) override {
-    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
+      if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
       if (request->size() > kMaxGrpcChunkBytes) {
         return Reply(context, absl::InvalidArgumentError(absl::StrCat(
                                   "FetchBytes of ", request->size(), " bytes; the most is ",
                                   kMaxGrpcChunkBytes)));
       }
       response->set_payload(impl_->Bytes(request->size()));
+      return Reply(context, absl::OkStatus());
+    }
+    grpc::ServerUnaryReactor* Holdings(grpc::CallbackServerContext* context,
+                                       const HoldingsRequest*,
+                                       HoldingsResponse* response) override {
+      if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
+      if (const DataPlane* plane = impl_->data_plane_.get()) {
+        response->set_transfers(plane->transfers_held());
+        response->set_sends(plane->sends_in_flight());
+      }
+      response->set_values(impl_->held_values_.size());
+      response->set_cuda_ipc_lent(impl_->cuda_ipc_lent_.size());
+      for (const std::shared_ptr<WorkerClient>& worker : impl_->worker_cache_.Clients()) {
+        if (worker->watch->WatchingReached()) {
+          response->set_watched_workers_reached(response->watched_workers_reached() + 1);
+        }
+      }
       return Reply(context, absl::OkStatus());
     }
 
@@ -246,9 +264,6 @@ class WorkerServer::Impl {
   int forwards_in_flight_ = 0;  // AbortStep forwards not yet answered; mu_
   // Request ids seen per step, so that a repeated RecvTensor is refused.
   absl::flat_hash_map<int64_t, absl::flat_hash_set<int64_t>> seen_requests_;  // guarded by mu_
-  // Values taken for single_message RecvTensors that needed a stream, by
-  // step and request id, until their fetch_held call.
-  absl::flat_hash_map<int64_t, absl::flat_hash_map<int64_t, HeldValue>> held_values_;  // mu_
   // Driver tensors, made once per (dtype, dims, seed, memory location) and
   // sent many times.
   std::map<std::tuple<int, std::vector<int64_t>, uint32_t, std::string>, Tensor>
@@ -300,10 +315,12 @@ class WorkerServer::Impl::RecvTensorReactor final
     }
     chunk_bytes_ = impl_->env_.options.chunk_bytes;
     request_ = request;
+    consumer_ = impl_->WatcherFor(*key);
     if (request.fetch_held()) {
-      absl::StatusOr<HeldValue> held = impl_->TakeHeldValue(request.step_id(), request.request_id());
+      absl::StatusOr<HeldValues::Value> held =
+          impl_->TakeHeldValue(request.step_id(), request.request_id());
       if (held.ok()) {
-        OnValue(absl::OkStatus(), held->value, held->is_dead);
+        OnValue(absl::OkStatus(), held->tensor, held->is_dead);
       } else {
         Finish(ToGrpcStatus(held.status()));
       }
@@ -376,7 +393,8 @@ class WorkerServer::Impl::RecvTensorReactor final
   // consumer to read the meta first) is held for a fetch_held call instead.
   bool HeldForLater(const Tensor& value, bool is_dead, size_t stream_bytes, bool tagged) {
     if (!request_.single_message() || (stream_bytes <= chunk_bytes_ && !tagged)) return false;
-    impl_->HoldValue(request_.step_id(), request_.request_id(), {value, is_dead});
+    impl_->held_values_.Hold(request_.step_id(), request_.request_id(), {value, is_dead},
+                             consumer_);
     meta_ = MakeTensorMeta(value, is_dead, 0, absl::GetCurrentTimeNanos() / 1000);
     meta_.set_payload_held(true);
     chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
@@ -395,7 +413,7 @@ class WorkerServer::Impl::RecvTensorReactor final
     auto tag_send = std::make_shared<TagSend>();
     absl::StatusOr<TransportDescriptor> descriptor = impl_->data_plane_->Offer(
         request_.step_id(), request_.request_id(), value, request_.consumer_transport_address(),
-        [this, tag_send](absl::Status status) {
+        consumer_, [this, tag_send](absl::Status status) {
           // `this` may be gone if the call already ended (consumer gone);
           // Settle says whether this completion is the one to finish it.
           absl::Status final_status;
@@ -450,7 +468,7 @@ class WorkerServer::Impl::RecvTensorReactor final
   void SendDeviceTensor(const Tensor& value) {
     if (CudaIpcWanted(request_, value)) {
       absl::StatusOr<CudaIpcDescriptor> lent =
-          LendByCudaIpc(request_.step_id(), value, &impl_->cuda_ipc_lent_);
+          LendByCudaIpc(request_.step_id(), value, consumer_, &impl_->cuda_ipc_lent_);
       if (lent.ok()) {
         meta_ = MakeTensorMeta(value, false, 0, absl::GetCurrentTimeNanos() / 1000);
         *meta_.mutable_cuda_ipc() = *std::move(lent);
@@ -549,6 +567,7 @@ class WorkerServer::Impl::RecvTensorReactor final
   Impl* const impl_;
   CancellationManager cancel_;
   RecvTensorRequest request_;
+  ConsumerWatcher consumer_;  // what is held for the consumer goes if it is lost
   bool registered_ = false;
   Notification settled_;  // the local Recv completed, one way or the other
   bool delivered_ = false;  // ... with a value; written before settled_
@@ -798,34 +817,19 @@ void WorkerServer::Impl::CleanupStep(int64_t step_id) {
   rendezvous_mgr_.Cleanup(step_id);
   if (data_plane_ != nullptr) data_plane_->DropStep(step_id);
   cuda_ipc_lent_.DropStep(step_id);
-  absl::flat_hash_map<int64_t, HeldValue> dropped;  // freed after the lock
+  held_values_.DropStep(step_id);
   std::lock_guard lock(mu_);
   seen_requests_.erase(step_id);
-  if (auto it = held_values_.find(step_id); it != held_values_.end()) {
-    dropped = std::move(it->second);
-    held_values_.erase(it);
-  }
 }
 
-void WorkerServer::Impl::HoldValue(int64_t step_id, int64_t request_id, HeldValue held) {
-  std::lock_guard lock(mu_);
-  held_values_[step_id][request_id] = std::move(held);
-}
-
-absl::StatusOr<WorkerServer::Impl::HeldValue> WorkerServer::Impl::TakeHeldValue(
-    int64_t step_id, int64_t request_id) {
-  std::lock_guard lock(mu_);
-  if (auto step = held_values_.find(step_id); step != held_values_.end()) {
-    if (auto held = step->second.find(request_id); held != step->second.end()) {
-      HeldValue value = std::move(held->second);
-      step->second.erase(held);
-      if (step->second.empty()) held_values_.erase(step);
-      return value;
-    }
-  }
+absl::StatusOr<HeldValues::Value> WorkerServer::Impl::TakeHeldValue(int64_t step_id,
+                                                                   int64_t request_id) {
+  std::optional<HeldValues::Value> value = held_values_.Take(step_id, request_id);
+  if (value.has_value()) return *std::move(value);
   return absl::NotFoundError(absl::StrCat(
       "RecvTensor fetch_held: worker ", env_.worker_name, " holds no value for request ",
-      request_id, " of step ", step_id, " (already fetched, or the step was cleaned up)"));
+      request_id, " of step ", step_id,
+      " (already fetched, its step cleaned up, or its consumer lost)"));
 }
 
 absl::Status WorkerServer::Impl::Start() {
@@ -868,6 +872,10 @@ void WorkerServer::Impl::Shutdown() {
   server_->Wait();
   server_.reset();
   rendezvous_mgr_.CleanupAll();
+  // Before the worker cache goes: what is held keeps leases on its clients.
+  held_values_.Clear();
+  cuda_ipc_lent_.Clear();
+  if (data_plane_ != nullptr) data_plane_->DropAllHeld();
   // Forwarded aborts carry a deadline, so this wait is bounded.
   std::unique_lock lock(mu_);
   forwards_done_.wait(lock, [this] { return forwards_in_flight_ == 0; });

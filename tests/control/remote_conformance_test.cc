@@ -271,9 +271,10 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
 
   // A RecvTensor call made by hand: its chunks, and its status in `status`.
   std::vector<RecvTensorChunk> RawRecvTensor(const RecvTensorRequest& request,
-                                             grpc::Status* status) {
+                                             grpc::Status* status,
+                                             absl::Duration limit = kWaitLimit) {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
+    context.set_deadline(absl::ToChronoTime(absl::Now() + limit));
     auto reader = worker_stub_->RecvTensor(&context, request);
     std::vector<RecvTensorChunk> chunks(1);
     while (reader->Read(&chunks.back())) chunks.emplace_back();
@@ -383,6 +384,18 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
       return;
     }
     GTEST_SKIP() << "every transfer ended before the producer could be stopped";
+  }
+
+  HoldingsResponse Holdings() {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));
+    HoldingsResponse holdings;
+    const grpc::Status status = driver_->Holdings(&context, HoldingsRequest(), &holdings);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return holdings;
+  }
+  static uint64_t HeldInAll(const HoldingsResponse& holdings) {
+    return holdings.transfers() + holdings.sends() + holdings.values() + holdings.cuda_ipc_lent();
   }
 
   void WorkerCall(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
@@ -702,6 +715,48 @@ TEST_P(RemoteConformanceTest, GarbageConsumerAddressIsRefusedAndTheProducerServe
   bool is_dead;
   ASSERT_TRUE(Recv(52, next, &value, &is_dead).ok());
   EXPECT_TRUE(VerifyPattern(value, 9).ok());
+}
+
+// A consumer lost while the producer holds things for it (a value for its
+// fetch_held call, a buffer for it to read, a tagged send to it, which
+// shared memory never fails by itself): the producer lets go of them within
+// the peer timeout, not at a step cleanup that may never come.
+TEST_P(RemoteConformanceTest, ConsumerLostFreesWhatTheProducerHeldForIt) {
+  const int64_t bytes = Capped(int64_t{5} << 20);
+  const ParsedKey one_message = Key("held_one");
+  const ParsedKey streamed = Key("held_two");
+  ASSERT_TRUE(Produce(60, {Item(one_message, DType::kUInt8, {bytes}, 1),
+                           Item(streamed, DType::kUInt8, {bytes}, 2)})
+                  .ok());
+  DataPlane* plane = consumer_->data_plane();
+  RecvTensorRequest request = RawRequest(60, one_message, 60001);
+  request.set_protocol(GetParam().protocol);
+  if (plane != nullptr) request.set_consumer_transport_address(plane->local_address());
+  request.set_single_message(true);
+  grpc::Status status;
+  RawRecvTensor(request, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  uint64_t expected = 1;
+  if (plane != nullptr) {
+    // Read by nobody: the transfer is held (get), or the send waits for a
+    // receive that never comes (tag) after the consumer gave up.
+    request.set_rendezvous_key(std::string(streamed.FullKey()));
+    request.set_request_id(60002);
+    request.set_single_message(false);
+    RawRecvTensor(request, &status, absl::Seconds(1));
+    expected = 2;
+  }
+  ASSERT_TRUE(rdv::testing::PollUntil([&] {
+    const HoldingsResponse holdings = Holdings();
+    return HeldInAll(holdings) == expected && holdings.watched_workers_reached() == 1;
+  })) << Holdings().DebugString();
+
+  consumer_->Shutdown();
+  const absl::Time lost = absl::Now();
+  EXPECT_TRUE(rdv::testing::PollUntil([&] { return HeldInAll(Holdings()) == 0; }))
+      << "still held for a lost consumer: " << Holdings().DebugString();
+  EXPECT_LT(absl::Now() - lost, kPeerTimeout + absl::Seconds(3));
+  ASSERT_TRUE(Produce(61, {Item(Key("after_loss"), DType::kUInt8, {16}, 3)}).ok());
 }
 
 TEST_P(RemoteConformanceTest, RestartedProducerGivesAborted) {
