@@ -172,7 +172,7 @@ int RunSetting(const Setting& setting, int trials, int64_t bytes) {
       {"RDV_PEER_TIMEOUT_MS", std::to_string(kPeerTimeoutMs)}};
   absl::StatusOr<int> port = FreeLoopbackPort();
   if (!port.ok()) {
-    std::cout << setting.name << ": " << port.status() << "\n";
+    std::cerr << setting.name << ": " << port.status() << "\n";
     return 1;
   }
   const std::string consumer_address = absl::StrCat("127.0.0.1:", *port);
@@ -198,7 +198,7 @@ int RunSetting(const Setting& setting, int trials, int64_t bytes) {
     absl::StatusOr<std::optional<absl::Duration>> outcome =
         Trial(producer, consumer_args, env, trial, bytes);
     if (!outcome.ok()) {
-      std::cout << setting.name << ": trial " << trial << ": " << outcome.status() << "\n";
+      std::cerr << setting.name << ": trial " << trial << ": " << outcome.status() << "\n";
       return 1;
     }
     if (outcome->has_value()) {
@@ -206,7 +206,7 @@ int RunSetting(const Setting& setting, int trials, int64_t bytes) {
       ms.push_back(absl::ToDoubleMilliseconds(**outcome));
     } else {
       ++kept;
-      std::cout << setting.name << ": trial " << trial << ": still held "
+      std::cerr << setting.name << ": trial " << trial << ": still held "
                 << absl::FormatDuration(kFreeLimit) << " after the kill\n";
     }
     if (trial == std::min(kWarmTrials, trials)) warm = bench::MeasureFootprint(producer.pid());

@@ -130,7 +130,9 @@ absl::StatusOr<Outcome> Trial(WorkerServer& consumer, const EnvChanges& env, int
   producer->Kill();
   const absl::Time killed = absl::Now();
   if (!done.WaitForNotificationWithTimeout(absl::Seconds(60))) {
-    return absl::DeadlineExceededError("the Recv did not end within 60 s of the kill");
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the Recv did not end within 60 s of the kill (fetches the transport still holds: ",
+        plane == nullptr ? 0 : plane->fetches_in_flight(), ")"));
   }
   Outcome outcome{received, absl::Now() - killed};
   consumer.rendezvous_mgr().Cleanup(step);
@@ -170,7 +172,7 @@ int RunSetting(const Setting& setting, int trials, int64_t bytes) {
   for (int trial = 1; trial <= trials; ++trial) {
     absl::StatusOr<Outcome> outcome = Trial(**consumer, env, trial, bytes);
     if (!outcome.ok()) {
-      std::cout << setting.name << ": trial " << trial << ": " << outcome.status() << "\n";
+      std::cerr << setting.name << ": trial " << trial << ": " << outcome.status() << "\n";
       return 1;
     }
     if (outcome->status.ok()) {
@@ -180,7 +182,7 @@ int RunSetting(const Setting& setting, int trials, int64_t bytes) {
       ms.push_back(absl::ToDoubleMilliseconds(outcome->after_kill));
     } else {
       ++other;
-      std::cout << setting.name << ": trial " << trial << ": " << outcome->status << "\n";
+      std::cerr << setting.name << ": trial " << trial << ": " << outcome->status << "\n";
     }
     if (trial == std::min(kWarmTrials, trials)) warm = bench::MeasureFootprint();
     if (trial % 10 == 0) {
