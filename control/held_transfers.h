@@ -4,13 +4,14 @@
 // the consumer is lost (control/consumer_lease.h). Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "control/consumer_lease.h"
+#include "control/leased_table.h"
 #include "control/worker.pb.h"
 #include "core/tensor.h"
 
@@ -18,8 +19,6 @@ namespace rdv::control {
 
 class HeldTransfers {
  public:
-  HeldTransfers();
-
   // Keeps `tensor` and `keepalive` (a registration, say) until released,
   // or until `consumer` says its consumer is lost; returns the transfer id.
   uint64_t Hold(int64_t step_id, Tensor tensor, std::shared_ptr<const void> keepalive,
@@ -29,30 +28,22 @@ class HeldTransfers {
   // of a step cleaned up lately (its ack crossed the cleanup).
   absl::Status Release(const ReleasedTransfer& transfer);
   void DropStep(int64_t step_id);
-  void Clear();
-  size_t size() const;
+  void Clear() { held_.Clear(); }
+  size_t size() const { return held_.size(); }
 
  private:
   struct Held {
     int64_t step_id;
     Tensor tensor;
     std::shared_ptr<const void> keepalive;
-    ConsumerLease lease;
-  };
-  // Shared with the leases' callbacks, which may outlive this object.
-  struct Table {
-    // Lets go of `id` (its consumer was lost).
-    void Drop(uint64_t id);
-
-    mutable std::mutex mu;
-    uint64_t next_transfer_id = 1;                 // mu
-    absl::flat_hash_map<uint64_t, Held> held;      // mu
-    absl::flat_hash_set<int64_t> cleaned_steps;    // mu
   };
   // Steps cleaned up lately, whose late acks are not errors; bounded.
   static constexpr size_t kCleanedStepsKept = 4096;
 
-  const std::shared_ptr<Table> table_;
+  std::atomic<uint64_t> next_transfer_id_{1};
+  LeasedTable<uint64_t, Held> held_;
+  std::mutex cleaned_mu_;
+  absl::flat_hash_set<int64_t> cleaned_steps_;  // cleaned_mu_
 };
 
 }  // namespace rdv::control

@@ -19,7 +19,7 @@
 #include "control/consumer_lease.h"
 #include "control/cuda_ipc_transfer.h"
 #include "control/grpc_status.h"
-#include "control/held_values.h"
+#include "control/leased_table.h"
 #include "control/named_tensor.h"
 #include "control/protocol.h"
 #include "control/rpc_remote_rendezvous.h"
@@ -88,7 +88,13 @@ class WorkerServer::Impl {
   absl::Status AdmitRecvTensor(const RecvTensorRequest& request, const ParsedKey& key);
   // The value held for a fetch_held call, once; NOT_FOUND when there is
   // none (already fetched, its step cleaned up, or its consumer lost).
-  absl::StatusOr<HeldValues::Value> TakeHeldValue(int64_t step_id, int64_t request_id);
+  // A value taken for a single_message RecvTensor whose answer needs a
+  // stream, kept under its step and request id for the fetch_held call.
+  struct HeldValue {
+    Tensor value;
+    bool is_dead = false;
+  };
+  absl::StatusOr<HeldValue> TakeHeldValue(int64_t step_id, int64_t request_id);
   // Watches the consumer `key` names for what is held for it.
   ConsumerWatcher WatcherFor(const ParsedKey& key) {
     return ConsumerWatcher(worker_cache_, env_.worker_name, key);
@@ -115,7 +121,7 @@ class WorkerServer::Impl {
   // GPU tensors lent to consumers on this host (control/cuda_ipc_transfer.h).
   HeldTransfers cuda_ipc_lent_;
   // Values taken for single_message RecvTensors whose answer needs a stream.
-  HeldValues held_values_;
+  LeasedTable<std::pair<int64_t, int64_t>, HeldValue> held_values_;
   WorkerCache worker_cache_;
   RendezvousMgr rendezvous_mgr_;
   std::string address_;
@@ -317,10 +323,10 @@ class WorkerServer::Impl::RecvTensorReactor final
     request_ = request;
     consumer_ = impl_->WatcherFor(*key);
     if (request.fetch_held()) {
-      absl::StatusOr<HeldValues::Value> held =
+      absl::StatusOr<HeldValue> held =
           impl_->TakeHeldValue(request.step_id(), request.request_id());
       if (held.ok()) {
-        OnValue(absl::OkStatus(), held->tensor, held->is_dead);
+        OnValue(absl::OkStatus(), held->value, held->is_dead);
       } else {
         Finish(ToGrpcStatus(held.status()));
       }
@@ -393,8 +399,8 @@ class WorkerServer::Impl::RecvTensorReactor final
   // consumer to read the meta first) is held for a fetch_held call instead.
   bool HeldForLater(const Tensor& value, bool is_dead, size_t stream_bytes, bool tagged) {
     if (!request_.single_message() || (stream_bytes <= chunk_bytes_ && !tagged)) return false;
-    impl_->held_values_.Hold(request_.step_id(), request_.request_id(), {value, is_dead},
-                             consumer_);
+    impl_->held_values_.Insert({request_.step_id(), request_.request_id()}, {value, is_dead},
+                               consumer_);
     meta_ = MakeTensorMeta(value, is_dead, 0, absl::GetCurrentTimeNanos() / 1000);
     meta_.set_payload_held(true);
     chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
@@ -817,14 +823,16 @@ void WorkerServer::Impl::CleanupStep(int64_t step_id) {
   rendezvous_mgr_.Cleanup(step_id);
   if (data_plane_ != nullptr) data_plane_->DropStep(step_id);
   cuda_ipc_lent_.DropStep(step_id);
-  held_values_.DropStep(step_id);
+  held_values_.DropIf([step_id](const std::pair<int64_t, int64_t>& held, const HeldValue&) {
+    return held.first == step_id;
+  });
   std::lock_guard lock(mu_);
   seen_requests_.erase(step_id);
 }
 
-absl::StatusOr<HeldValues::Value> WorkerServer::Impl::TakeHeldValue(int64_t step_id,
-                                                                   int64_t request_id) {
-  std::optional<HeldValues::Value> value = held_values_.Take(step_id, request_id);
+absl::StatusOr<WorkerServer::Impl::HeldValue> WorkerServer::Impl::TakeHeldValue(
+    int64_t step_id, int64_t request_id) {
+  std::optional<HeldValue> value = held_values_.Take({step_id, request_id});
   if (value.has_value()) return *std::move(value);
   return absl::NotFoundError(absl::StrCat(
       "RecvTensor fetch_held: worker ", env_.worker_name, " holds no value for request ",
