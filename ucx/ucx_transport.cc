@@ -182,7 +182,10 @@ struct Endpoint {
   // Recursive: UCX may complete an operation inside its post.
   std::recursive_mutex use_mu;
   ucp_ep_h ep = nullptr;
-  std::unordered_set<Operation*> in_flight;  // use_mu: its posted operations
+  // Never held across a call into UCX: completions take it inside UCX's
+  // worker lock, which a post holding use_mu may be waiting for.
+  std::mutex in_flight_mu;
+  std::unordered_set<Operation*> in_flight;  // in_flight_mu: its posted operations
   std::atomic<ucs_status_t> failure{UCS_OK};
   RemoteKeyCache keys;
   // Reached through shared-memory transports only: their puts are in the
@@ -220,7 +223,7 @@ bool Untrack(Operation* op) {
     return false;
   }
   if (op->endpoint != nullptr) {
-    std::lock_guard lock(op->endpoint->use_mu);
+    std::lock_guard lock(op->endpoint->in_flight_mu);
     op->endpoint->in_flight.erase(op);
   }
   return true;
@@ -543,7 +546,7 @@ void ForceClose(Endpoint* endpoint, ucp_ep_h ep) {
   StartClose(ep, new Close{context}, UCP_EP_CLOSE_FLAG_FORCE);
   std::vector<Operation*> stuck;
   {
-    std::lock_guard lock(endpoint->use_mu);
+    std::lock_guard lock(endpoint->in_flight_mu);
     stuck.assign(endpoint->in_flight.begin(), endpoint->in_flight.end());
     endpoint->in_flight.clear();
   }
@@ -684,11 +687,15 @@ int Post(Endpoint* endpoint, Context* context, Operation* op, Start start,
   op->context = context;
   if (endpoint != nullptr) {
     op->endpoint = endpoint;
+    std::lock_guard lock(endpoint->in_flight_mu);
     endpoint->in_flight.insert(op);
   }
   const ucs_status_ptr_t request = start();
   if (UCS_PTR_IS_ERR(request)) {
-    if (endpoint != nullptr) endpoint->in_flight.erase(op);
+    if (endpoint != nullptr) {
+      std::lock_guard lock(endpoint->in_flight_mu);
+      endpoint->in_flight.erase(op);
+    }
     delete op;
     return UcxError(error, UCS_PTR_STATUS(request), what);
   }
