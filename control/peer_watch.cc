@@ -1,10 +1,17 @@
 #include "control/peer_watch.h"
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include <grpcpp/client_context.h>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "control/protocol.h"
+#include "control/worker.grpc.pb.h"
 #include "core/logging.h"
 
 namespace rdv::control {
@@ -16,15 +23,59 @@ constexpr absl::Duration kSlice = absl::Milliseconds(100);
 
 }  // namespace
 
-PeerWatch::PeerWatch(std::shared_ptr<grpc::Channel> channel, std::string worker_name,
-                     std::string address, absl::Duration peer_timeout)
+class PeerWatch::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(std::shared_ptr<grpc::Channel> channel, std::string worker_name, std::string address,
+       absl::Duration peer_timeout);
+  // Asks the thread to stop; joins it unless called on it.
+  void Stop();
+  uint64_t Add(Lost lost, bool heard);
+  void SetDeadline(uint64_t id, absl::Time deadline);
+  void Unwatch(uint64_t id);
+  bool WatchingReached() const;
+
+ private:
+  struct Watched {
+    Lost lost;
+    absl::Time deadline = absl::InfiniteFuture();
+  };
+
+  void Run();
+  // Tells the watches whose deadline passed. Takes and gives back `lock`.
+  void TellExpired(std::unique_lock<std::mutex>& lock);
+  // Waits a while on the connection; true when the worker is lost, with
+  // why in `*why`.
+  bool CheckOnce(std::string* why);
+  void MarkReached();
+  // Whether the worker answers a Handshake within the peer timeout.
+  bool Answers(std::string* why);
+
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<WorkerService::Stub> stub_;
+  const std::string worker_name_;
+  const std::string address_;
+  const absl::Duration peer_timeout_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  absl::flat_hash_map<uint64_t, Watched> watches_;  // mu_
+  uint64_t next_id_ = 1;                         // mu_
+  bool running_ = false;                         // mu_: thread_ is in Run
+  bool reached_ = false;                         // mu_: answered since last lost
+  bool stop_ = false;                            // mu_
+  grpc::ClientContext* probe_ = nullptr;         // mu_: the Handshake in flight
+  std::thread thread_;
+};
+
+PeerWatch::Impl::Impl(std::shared_ptr<grpc::Channel> channel, std::string worker_name,
+                      std::string address, absl::Duration peer_timeout)
     : channel_(std::move(channel)),
       stub_(WorkerService::NewStub(channel_)),
       worker_name_(std::move(worker_name)),
       address_(std::move(address)),
       peer_timeout_(peer_timeout) {}
 
-PeerWatch::~PeerWatch() {
+void PeerWatch::Impl::Stop() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -32,7 +83,6 @@ PeerWatch::~PeerWatch() {
   }
   changed_.notify_all();
   if (!thread_.joinable()) return;
-  // A lost callback may drop the last reference to this watch's owner.
   if (thread_.get_id() == std::this_thread::get_id()) {
     thread_.detach();
   } else {
@@ -40,11 +90,7 @@ PeerWatch::~PeerWatch() {
   }
 }
 
-uint64_t PeerWatch::Watch(Lost lost) { return Add(std::move(lost), /*heard=*/true); }
-
-uint64_t PeerWatch::WatchOnceAnswered(Lost lost) { return Add(std::move(lost), /*heard=*/false); }
-
-uint64_t PeerWatch::Add(Lost lost, bool heard) {
+uint64_t PeerWatch::Impl::Add(Lost lost, bool heard) {
   std::unique_lock lock(mu_);
   if (heard) reached_ = true;
   const uint64_t id = next_id_++;
@@ -56,16 +102,16 @@ uint64_t PeerWatch::Add(Lost lost, bool heard) {
   // The previous thread has left Run (or never ran).
   if (thread_.joinable()) thread_.join();
   running_ = true;
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([self = shared_from_this()] { self->Run(); });
   return id;
 }
 
-void PeerWatch::SetDeadline(uint64_t id, absl::Time deadline) {
+void PeerWatch::Impl::SetDeadline(uint64_t id, absl::Time deadline) {
   std::lock_guard lock(mu_);
   if (auto it = watches_.find(id); it != watches_.end()) it->second.deadline = deadline;
 }
 
-void PeerWatch::TellExpired(std::unique_lock<std::mutex>& lock) {
+void PeerWatch::Impl::TellExpired(std::unique_lock<std::mutex>& lock) {
   const absl::Time now = absl::Now();
   std::vector<Lost> expired;
   for (auto it = watches_.begin(); it != watches_.end();) {
@@ -80,20 +126,23 @@ void PeerWatch::TellExpired(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   const absl::Status passed = absl::DeadlineExceededError("the watch's deadline passed");
   for (Lost& lost : expired) std::move(lost)(passed);
+  // A callback may own the last reference to this watch's owner, whose
+  // destruction takes mu_.
+  expired.clear();
   lock.lock();
 }
 
-void PeerWatch::Unwatch(uint64_t id) {
+void PeerWatch::Impl::Unwatch(uint64_t id) {
   std::lock_guard lock(mu_);
   watches_.erase(id);
 }
 
-bool PeerWatch::WatchingReached() const {
+bool PeerWatch::Impl::WatchingReached() const {
   std::lock_guard lock(mu_);
   return reached_ && !watches_.empty();
 }
 
-void PeerWatch::Run() {
+void PeerWatch::Impl::Run() {
   std::unique_lock lock(mu_);
   while (!stop_) {
     if (watches_.empty()) {
@@ -123,12 +172,13 @@ void PeerWatch::Run() {
     watches_.clear();
     lock.unlock();
     for (auto& [id, watched] : told) std::move(watched.lost)(status);
+    told.clear();
     lock.lock();
   }
   running_ = false;
 }
 
-bool PeerWatch::CheckOnce(std::string* why) {
+bool PeerWatch::Impl::CheckOnce(std::string* why) {
   grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/false);
   if (state == GRPC_CHANNEL_READY) {
     channel_->WaitForStateChange(state, absl::ToChronoTime(absl::Now() + kSlice));
@@ -143,12 +193,12 @@ bool PeerWatch::CheckOnce(std::string* why) {
   return false;
 }
 
-void PeerWatch::MarkReached() {
+void PeerWatch::Impl::MarkReached() {
   std::lock_guard lock(mu_);
   reached_ = true;
 }
 
-bool PeerWatch::Answers(std::string* why) {
+bool PeerWatch::Impl::Answers(std::string* why) {
   // Half the peer timeout: keepalive took up to one already to notice a
   // silent peer.
   const absl::Duration limit = peer_timeout_ / 2;
@@ -175,5 +225,24 @@ bool PeerWatch::Answers(std::string* why) {
                       absl::FormatDuration(limit), " (", status.error_message(), ")");
   return false;
 }
+
+PeerWatch::PeerWatch(std::shared_ptr<grpc::Channel> channel, std::string worker_name,
+                     std::string address, absl::Duration peer_timeout)
+    : impl_(std::make_shared<Impl>(std::move(channel), std::move(worker_name), std::move(address),
+                                   peer_timeout)) {}
+
+PeerWatch::~PeerWatch() { impl_->Stop(); }
+
+uint64_t PeerWatch::Watch(Lost lost) { return impl_->Add(std::move(lost), /*heard=*/true); }
+
+uint64_t PeerWatch::WatchOnceAnswered(Lost lost) {
+  return impl_->Add(std::move(lost), /*heard=*/false);
+}
+
+void PeerWatch::SetDeadline(uint64_t id, absl::Time deadline) { impl_->SetDeadline(id, deadline); }
+
+void PeerWatch::Unwatch(uint64_t id) { impl_->Unwatch(id); }
+
+bool PeerWatch::WatchingReached() const { return impl_->WatchingReached(); }
 
 }  // namespace rdv::control

@@ -14,21 +14,15 @@
 // timeout longer (so that back-to-back transfers share it). Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include <grpcpp/channel.h>
-#include <grpcpp/client_context.h>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "control/worker.grpc.pb.h"
 
 namespace rdv::control {
 
@@ -63,37 +57,10 @@ class PeerWatch {
   bool WatchingReached() const;
 
  private:
-  struct Watched {
-    Lost lost;
-    absl::Time deadline = absl::InfiniteFuture();
-  };
-
-  uint64_t Add(Lost lost, bool heard);
-  void Run();
-  // Tells the watches whose deadline passed. Takes and gives back `lock`.
-  void TellExpired(std::unique_lock<std::mutex>& lock);
-  // Waits a while on the connection; true when the worker is lost, with
-  // why in `*why`.
-  bool CheckOnce(std::string* why);
-  void MarkReached();
-  // Whether the worker answers a Handshake within the peer timeout.
-  bool Answers(std::string* why);
-
-  const std::shared_ptr<grpc::Channel> channel_;
-  const std::unique_ptr<WorkerService::Stub> stub_;
-  const std::string worker_name_;
-  const std::string address_;
-  const absl::Duration peer_timeout_;
-
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  absl::flat_hash_map<uint64_t, Watched> watches_;  // mu_
-  uint64_t next_id_ = 1;                         // mu_
-  bool running_ = false;                         // mu_: thread_ is in Run
-  bool reached_ = false;                         // mu_: answered since last lost
-  bool stop_ = false;                            // mu_
-  grpc::ClientContext* probe_ = nullptr;         // mu_: the Handshake in flight
-  std::thread thread_;
+  // The thread holds the state too: a lost callback may destroy this
+  // watch (dropping the last reference to its owner) on that thread.
+  class Impl;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace rdv::control

@@ -91,5 +91,19 @@ TEST(PeerWatchTest, UnwatchedBeforeTheLossIsNeverTold) {
   EXPECT_FALSE(told.done.HasBeenNotified());
 }
 
+// The owner of a watch may go with the last transfer it told: the callback
+// destroys the watch on the watch's own thread.
+TEST(PeerWatchTest, ALostCallbackMayDestroyTheWatch) {
+  Notification destroyed;
+  std::unique_ptr<PeerWatch> watch = WatchOf(NobodyListens());
+  PeerWatch* const raw = watch.get();
+  raw->Watch([owned = std::shared_ptr<PeerWatch>(std::move(watch)),
+              &destroyed](const absl::Status&) mutable {
+    owned.reset();
+    destroyed.Notify();
+  });
+  ASSERT_TRUE(destroyed.WaitForNotificationWithTimeout(rdv::testing::kWaitLimit));
+}
+
 }  // namespace
 }  // namespace rdv::control
