@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include <grpcpp/server_context.h>
+
 namespace rdv::control {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -14,6 +16,12 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       status.error_message());
+}
+
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
 }
 
 }  // namespace rdv::control

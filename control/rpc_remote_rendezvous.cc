@@ -88,6 +88,7 @@ RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key,
   request.set_rendezvous_key(std::string(key.FullKey()));
   request.set_request_id(NextRequestId());
   request.set_protocol(env_->protocol);
+  request.set_protocol_version(kProtocolVersion);
   if (env_->data_plane != nullptr) {
     request.set_consumer_transport_address(env_->data_plane->local_address());
   }

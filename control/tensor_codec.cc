@@ -10,6 +10,7 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include "absl/strings/str_cat.h"
+#include "control/protocol.h"
 
 namespace rdv::control {
 namespace {
@@ -71,6 +72,7 @@ TensorMeta MakeTensorMeta(const Tensor& tensor, bool is_dead, size_t payload_byt
   meta.set_is_dead(is_dead);
   meta.set_payload_bytes(payload_bytes);
   meta.set_send_start_micros(send_start_micros);
+  meta.set_protocol_version(kProtocolVersion);
   return meta;
 }
 
@@ -137,6 +139,11 @@ absl::Status TensorDecoder::ConsumeMeta(google::protobuf::io::CodedInputStream* 
   }
   in->PopLimit(limit);
   has_meta_ = true;
+  if (meta_.protocol_version() != kProtocolVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "RecvTensor answer refused: ",
+        VersionMismatch("the producer", meta_.protocol_version(), "this worker")));
+  }
   RDV_RETURN_IF_ERROR(CheckMetaIsConsistent());
   return StartTensor();
 }

@@ -58,6 +58,10 @@ void Call(Method method, const uint8_t* data, size_t size) {
 void RecvTensor(const uint8_t* data, size_t size) {
   rdv::control::RecvTensorRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  // Past the version check, unless the input names a version of its own.
+  if (request.protocol_version() == 0) {
+    request.set_protocol_version(rdv::control::kProtocolVersion);
+  }
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(100)));
   auto reader = ThePeer().stub->RecvTensor(&context, request);

@@ -10,6 +10,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <grpcpp/support/byte_buffer.h>
 
+#include "control/protocol.h"
 #include "control/worker.pb.h"
 #include "core/dtype.h"
 
@@ -44,6 +45,7 @@ inline TensorMeta ForgedMeta(DType dtype, std::initializer_list<int64_t> dims,
   meta.set_dtype(static_cast<int>(dtype));
   for (const int64_t d : dims) meta.add_dims(d);
   meta.set_payload_bytes(payload_bytes);
+  meta.set_protocol_version(kProtocolVersion);
   return meta;
 }
 

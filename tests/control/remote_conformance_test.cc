@@ -289,6 +289,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     request.set_rendezvous_key(std::string(key.FullKey()));
     request.set_request_id(request_id);
     request.set_protocol("grpc");
+    request.set_protocol_version(kProtocolVersion);
     return request;
   }
 
@@ -839,6 +840,22 @@ TEST_P(RemoteConformanceTest, TaggedProducerServesASingleMessageConsumer) {
   EXPECT_TRUE(VerifyPattern(value, 9).ok());
 }
 
+// A held value answers its own key only: a fetch_held call naming another
+// key with the same step and request id gets nothing, and the value stays.
+TEST_P(RemoteConformanceTest, FetchHeldOfAnotherKeyIsRefusedAndTheValueStays) {
+  RecvTensorRequest request;
+  ASSERT_NO_FATAL_FAILURE(ExpectHeld(41, "held_for_its_key", int64_t{5} << 20, 10, &request));
+  RecvTensorRequest other = request;
+  other.set_rendezvous_key(std::string(Key("some_other_key").FullKey()));
+  grpc::Status status;
+  RawRecvTensor(other, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  EXPECT_NE(status.error_message().find("some_other_key"), std::string::npos)
+      << status.error_message();
+  RawRecvTensor(request, &status);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 TEST_P(RemoteConformanceTest, StepCleanupDropsAHeldValue) {
   RecvTensorRequest request;
   ASSERT_NO_FATAL_FAILURE(ExpectHeld(39, "held_then_cleaned", int64_t{5} << 20, 8, &request));
@@ -852,6 +869,30 @@ TEST_P(RemoteConformanceTest, StepCleanupDropsAHeldValue) {
   RawRecvTensor(request, &status);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
   EXPECT_NE(status.error_message().find("cleaned up"), std::string::npos) << status.error_message();
+}
+
+// A consumer need not Handshake before its first Recv: the request itself
+// carries its version, and another version is refused, naming both.
+TEST_P(RemoteConformanceTest, RecvTensorOfAnotherProtocolVersionIsRefused) {
+  const ParsedKey key = Key("versioned");
+  ASSERT_TRUE(Produce(42, {Item(key, DType::kUInt8, {16}, 11)}).ok());
+  RecvTensorRequest request = RawRequest(42, key, 42001);
+  request.set_protocol_version(kProtocolVersion + 1);
+  grpc::Status status;
+  RawRecvTensor(request, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_NE(status.error_message().find(absl::StrCat("version ", kProtocolVersion + 1)),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find(absl::StrCat("speaks ", kProtocolVersion)),
+            std::string::npos)
+      << status.error_message();
+  request.clear_protocol_version();  // what a worker of version 2 sends
+  request.set_request_id(42002);
+  RawRecvTensor(request, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_NE(status.error_message().find("2 or older"), std::string::npos)
+      << status.error_message();
 }
 
 TEST_P(RemoteConformanceTest, HandshakeChecksTheProtocolVersion) {

@@ -3,6 +3,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include "absl/strings/str_cat.h"
+#include "control/protocol.h"
 #include "control/tensor_pattern.h"
 #include "tests/control/forged_chunk.h"
 #include "gtest/gtest.h"
@@ -127,6 +129,22 @@ TEST(TensorCodecTest, RefusesDataLengthsBeyondWhatArrived) {
     grpc::ByteBuffer chunk = ForgedChunk(&meta, declared, std::string(100, 'x'));
     const absl::Status status = decoder.Consume(&chunk);
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << declared << ": " << status;
+  }
+}
+
+// An answer from a producer of another protocol version (or of version 2,
+// which sends none) is refused before anything in it is acted on.
+TEST(TensorCodecTest, RefusesAnAnswerOfAnotherProtocolVersion) {
+  for (const uint32_t version : {0u, kProtocolVersion + 1}) {
+    TensorMeta meta = ForgedMeta(DType::kUInt8, {4}, 4);
+    meta.set_protocol_version(version);
+    TensorDecoder decoder;
+    grpc::ByteBuffer chunk = ForgedChunk(&meta, 4, "abcd");
+    const absl::Status status = decoder.Consume(&chunk);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_NE(status.message().find(absl::StrCat("speaks ", kProtocolVersion)), std::string::npos)
+        << status;
+    EXPECT_FALSE(decoder.tensor().IsInitialized());
   }
 }
 

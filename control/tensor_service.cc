@@ -1,0 +1,429 @@
+#include "control/tensor_service.h"
+
+#include <atomic>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "control/cuda_ipc_transfer.h"
+#include "control/grpc_status.h"
+#include "control/protocol.h"
+#include "control/tensor_codec.h"
+#include "core/chunked_copy.h"
+#include "core/device_copy.h"
+#include "core/logging.h"
+#include "core/notification.h"
+
+namespace rdv::control {
+
+// Streams one tensor to a consumer: waits for the local Send, then writes
+// the payload in chunks straight from the tensor's memory.
+class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+  struct TagSend {
+    std::mutex mu;
+    bool write_done = false;
+    bool send_done = false;
+    bool finished = false;
+    absl::Status status;
+  };
+
+ public:
+  Reactor(TensorService* service, const absl::Status& door, const grpc::ByteBuffer* request_buffer)
+      : service_(service) {
+    if (!door.ok()) {
+      Finish(ToGrpcStatus(door));
+      return;
+    }
+    grpc::ByteBuffer copy(*request_buffer);
+    RecvTensorRequest request;
+    const grpc::Status parsed =
+        grpc::SerializationTraits<RecvTensorRequest>::Deserialize(&copy, &request);
+    if (!parsed.ok()) {
+      Finish(parsed);
+      return;
+    }
+    // Releases ride along whatever becomes of this request.
+    if (const absl::Status released = service_->ReleaseTransfers(request.released());
+        !released.ok()) {
+      RDV_LOG(Warning) << "RecvTensor carried releases that failed: " << released;
+    }
+    absl::StatusOr<ParsedKey> key = ParsedKey::Parse(request.rendezvous_key());
+    absl::Status admitted = key.ok() ? service_->Admit(request, *key) : key.status();
+    if (!admitted.ok()) {
+      Finish(ToGrpcStatus(admitted));
+      return;
+    }
+    chunk_bytes_ = service_->env_.options.chunk_bytes;
+    request_ = request;
+    consumer_ = service_->WatcherFor(*key);
+    if (request.fetch_held()) {
+      absl::StatusOr<HeldValue> held = service_->TakeHeldValue(request);
+      if (held.ok()) {
+        OnValue(absl::OkStatus(), held->value, held->is_dead);
+      } else {
+        Finish(ToGrpcStatus(held.status()));
+      }
+      return;
+    }
+    service_->Register(request.step_id(), request.request_id(), this);
+    registered_ = true;
+    RendezvousArgs args;
+    args.as_sent = true;  // SendDeviceTensor decides how a GPU tensor leaves
+    args.cancellation_manager = &cancel_;
+    service_->rendezvous_mgr_.Find(request.step_id())
+        ->RecvAsync(*key, args,
+                    [this](const absl::Status& status, const RendezvousArgs&,
+                           const RendezvousArgs&, const Tensor& value,
+                           bool is_dead) { OnValue(status, value, is_dead); });
+  }
+
+  void OnCancel() override { cancel_.StartCancel(); }
+  void OnWriteDone(bool ok) override {
+    if (tag_send_ != nullptr) {
+      absl::Status final_status;
+      if (Settle(*tag_send_, /*write_done=*/true, ok ? absl::OkStatus() : WentAway(),
+                 &final_status)) {
+        Finish(ToGrpcStatus(final_status));
+      }
+      return;
+    }
+    if (!ok) {
+      Finish(ToGrpcStatus(WentAway()));
+      return;
+    }
+    WriteNext();
+  }
+  void OnDone() override {
+    if (registered_) service_->Unregister(request_.step_id(), request_.request_id());
+    delete this;
+  }
+
+  // Withdraws the waiting Recv; true unless its value was already taken.
+  // Called with the service's lock held, which keeps this reactor alive.
+  bool Withdraw() {
+    cancel_.StartCancel();
+    // Either the waiter left now (its callback ran with CANCELLED), or a
+    // Send took it first and runs the callback right after.
+    settled_.WaitForNotification();
+    return !delivered_;
+  }
+
+ private:
+  static absl::Status WentAway() {
+    return absl::CancelledError("the consumer went away mid-transfer");
+  }
+
+  // Whether the payload moves through the data plane instead of the stream.
+  bool UseDataPlane(const Tensor& value, bool is_dead) const {
+    const DataPlane* plane = service_->env_.data_plane;
+    return plane != nullptr && request_.protocol() == plane->protocol() && !is_dead &&
+           value.IsInitialized() && DTypeIsMemcpyable(value.dtype()) &&
+           value.TotalBytes() > plane->options().inline_bytes;
+  }
+
+  // A single_message request gets one message: a payload that needs more
+  // (`stream_bytes` of it in the stream, or a tagged send, which needs the
+  // consumer to read the meta first) is held for a fetch_held call instead.
+  bool HeldForLater(const Tensor& value, bool is_dead, size_t stream_bytes, bool tagged) {
+    if (!request_.single_message() || (stream_bytes <= chunk_bytes_ && !tagged)) return false;
+    service_->held_values_.Insert({request_.step_id(), request_.request_id()},
+                                  {request_.rendezvous_key(), value, is_dead}, consumer_);
+    meta_ = MakeTensorMeta(value, is_dead, 0, absl::GetCurrentTimeNanos() / 1000);
+    meta_.set_payload_held(true);
+    chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
+    StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
+    return true;
+  }
+
+  // Answers with a descriptor; the consumer pulls (op get), or this worker
+  // sends and finishes the stream when the send is done (op tag).
+  void OfferThroughDataPlane(const Tensor& value) {
+    if (HeldForLater(value, false, 0,
+                     service_->env_.data_plane->transport().preferred_op() == RDV_TRANSPORT_OP_TAG)) {
+      return;
+    }
+    meta_ = MakeTensorMeta(value, false, 0, absl::GetCurrentTimeNanos() / 1000);
+    auto tag_send = std::make_shared<TagSend>();
+    absl::StatusOr<TransportDescriptor> descriptor = service_->env_.data_plane->Offer(
+        request_.step_id(), request_.request_id(), value, request_.consumer_transport_address(),
+        consumer_, [this, tag_send](absl::Status status) {
+          // `this` may be gone if the call already ended (consumer gone);
+          // Settle says whether this completion is the one to finish it.
+          absl::Status final_status;
+          if (Settle(*tag_send, /*write_done=*/false, std::move(status), &final_status)) {
+            Finish(ToGrpcStatus(final_status));
+          }
+        });
+    if (!descriptor.ok()) {
+      Finish(ToGrpcStatus(descriptor.status()));
+      return;
+    }
+    *meta_.mutable_transport() = *descriptor;
+    chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
+    if (descriptor->op() != RDV_TRANSPORT_OP_TAG) {
+      StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
+      return;
+    }
+    tag_send_ = tag_send;
+    StartWrite(&chunk_);
+  }
+
+  // Op tag: the stream ends once both the meta write and the send are done
+  // (the consumer posts its receive when the meta arrives), or at once when
+  // the consumer went away. True for the one event that must finish it.
+  static bool Settle(TagSend& state, bool write_done, absl::Status status,
+                     absl::Status* final_status) {
+    std::lock_guard lock(state.mu);
+    (write_done ? state.write_done : state.send_done) = true;
+    state.status.Update(status);
+    const bool consumer_gone = write_done && !status.ok();
+    if (state.finished || !(consumer_gone || (state.write_done && state.send_done))) return false;
+    state.finished = true;
+    *final_status = state.status;
+    return true;
+  }
+
+  void OnValue(const absl::Status& status, const Tensor& value, bool is_dead) {
+    delivered_ = status.ok();
+    settled_.Notify();
+    if (!status.ok()) {
+      Finish(ToGrpcStatus(status));
+    } else if (!is_dead && value.IsInitialized() && !value.location().is_host()) {
+      SendDeviceTensor(value);
+    } else {
+      SendHostTensor(value, is_dead);
+    }
+  }
+
+  // Lends a GPU tensor by CUDA IPC to a consumer on this host that asked
+  // for it; else offers it in place through a data plane that moves GPU
+  // memory; else copies it to pinned host memory and sends that.
+  void SendDeviceTensor(const Tensor& value) {
+    if (CudaIpcWanted(request_, value)) {
+      absl::StatusOr<CudaIpcDescriptor> lent =
+          LendByCudaIpc(request_.step_id(), value, consumer_, &service_->cuda_ipc_lent_);
+      if (lent.ok()) {
+        meta_ = MakeTensorMeta(value, false, 0, absl::GetCurrentTimeNanos() / 1000);
+        *meta_.mutable_cuda_ipc() = *std::move(lent);
+        chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
+        StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
+        return;
+      }
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) {
+        RDV_LOG(Warning) << service_->env_.worker_name << ": cannot lend a GPU tensor by CUDA IPC ("
+                         << lent.status() << "); GPU tensors stage through host memory";
+      }
+    }
+    if (!UseDataPlane(value, false)) {
+      StreamFromDevice(value);
+      return;
+    }
+    if (service_->env_.data_plane->MovesCudaMemory()) {
+      OfferThroughDataPlane(value);
+      return;
+    }
+    // The consumer reads the staged copy in one go: stage it whole, into
+    // the data plane's pool when that is pinned (already registered: no
+    // registration per transfer).
+    auto on_staged = [this](absl::StatusOr<Tensor> staged) {
+      if (staged.ok()) {
+        SendHostTensor(*staged, false);
+      } else {
+        Finish(ToGrpcStatus(staged.status()));
+      }
+    };
+    const std::shared_ptr<plugin::TransportAllocator>& pool = service_->env_.data_plane->allocator();
+    if (pool->Location().kind == MemoryKind::kPinnedHost) {
+      CopyTensorAsync(value, pool, std::move(on_staged));
+    } else {
+      CopyTensorAsync(value, MemoryLocation::PinnedHost(), std::move(on_staged));
+    }
+  }
+
+  // Streams a GPU tensor through pinned memory in chunks: chunk k is
+  // written while chunk k+1 copies off the device.
+  void StreamFromDevice(const Tensor& value) {
+    if (HeldForLater(value, false, value.TotalBytes(), false)) return;
+    absl::StatusOr<std::unique_ptr<ChunkedDownload>> download =
+        ChunkedDownload::Start(value, chunk_bytes_);
+    absl::StatusOr<TensorPayload> payload =
+        download.ok() ? TensorPayload::Of((*download)->host()) : download.status();
+    if (!payload.ok()) {
+      Finish(ToGrpcStatus(payload.status()));
+      return;
+    }
+    download_ = *std::move(download);
+    payload_ = *std::move(payload);
+    meta_ = MakeTensorMeta(value, false, payload_.size(), absl::GetCurrentTimeNanos() / 1000);
+    WriteNext();
+  }
+
+  void SendHostTensor(const Tensor& value, bool is_dead) {
+    if (UseDataPlane(value, is_dead)) {
+      OfferThroughDataPlane(value);
+      return;
+    }
+    absl::StatusOr<TensorPayload> payload = TensorPayload::Of(value);
+    if (!payload.ok()) {
+      Finish(ToGrpcStatus(payload.status()));
+      return;
+    }
+    if (HeldForLater(value, is_dead, payload->size(), false)) return;
+    payload_ = *std::move(payload);
+    meta_ = MakeTensorMeta(value, is_dead, payload_.size(), absl::GetCurrentTimeNanos() / 1000);
+    WriteNext();
+  }
+
+  // One chunk per write; the last goes with the status. A chunk still on
+  // its way off the GPU is written when it lands.
+  void WriteNext() {
+    const size_t length = std::min(chunk_bytes_, payload_.size() - offset_);
+    if (download_ != nullptr) {
+      const absl::StatusOr<bool> landed =
+          download_->WhenReady(offset_ + length, [this] { WriteNext(); });
+      if (!landed.ok()) {
+        Finish(ToGrpcStatus(landed.status()));
+        return;
+      }
+      if (!*landed) return;
+    }
+    chunk_ = EncodeChunk(offset_ == 0 ? &meta_ : nullptr, payload_, offset_, length);
+    offset_ += length;
+    if (offset_ == payload_.size()) {
+      StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
+    } else {
+      StartWrite(&chunk_);
+    }
+  }
+
+  TensorService* const service_;
+  CancellationManager cancel_;
+  RecvTensorRequest request_;
+  ConsumerWatcher consumer_;  // what is held for the consumer goes if it is lost
+  bool registered_ = false;
+  Notification settled_;  // the local Recv completed, one way or the other
+  bool delivered_ = false;  // ... with a value; written before settled_
+  std::shared_ptr<TagSend> tag_send_;
+  std::unique_ptr<ChunkedDownload> download_;  // a GPU tensor streamed in chunks
+  size_t chunk_bytes_ = 0;
+  TensorPayload payload_;
+  TensorMeta meta_;
+  size_t offset_ = 0;
+  grpc::ByteBuffer chunk_;
+};
+
+TensorService::TensorService(const WorkerEnv& env, RendezvousMgr& rendezvous_mgr)
+    : env_(env), rendezvous_mgr_(rendezvous_mgr) {}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorService::RecvTensor(
+    const absl::Status& door, const grpc::ByteBuffer* request) {
+  return new Reactor(this, door, request);
+}
+
+absl::Status TensorService::Admit(const RecvTensorRequest& request, const ParsedKey& key) {
+  if (request.protocol_version() != kProtocolVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("RecvTensor refused: ", VersionMismatch("the consumer", request.protocol_version(),
+                                                             absl::StrCat("worker ", env_.worker_name))));
+  }
+  if (request.protocol() != kProtocolGrpc && request.protocol() != env_.protocol) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("RecvTensor with protocol '", Excerpt(request.protocol(), 64), "': worker ",
+                     env_.worker_name, " serves ", env_.protocol,
+                     " (start every worker with the same --protocol)"));
+  }
+  if (!InSameAddressSpace(key.src(), env_.worker)) {
+    return absl::InvalidArgumentError(absl::StrCat("RecvTensor of '", Excerpt(key.FullKey()),
+                                                   "' sent to ", env_.worker_name,
+                                                   ", but its source device is not on it"));
+  }
+  if (key.src_incarnation() != env_.incarnation) {
+    return absl::AbortedError(absl::StrCat(
+        "RecvTensor of '", Excerpt(key.FullKey()), "': worker ", env_.worker_name,
+        " has incarnation ", FormatIncarnation(env_.incarnation),
+        ", the key names ", FormatIncarnation(key.src_incarnation()),
+        "; the worker job was probably restarted"));
+  }
+  if (request.fetch_held()) return absl::OkStatus();  // served once: TakeHeldValue
+  std::lock_guard lock(mu_);
+  if (!seen_requests_[request.step_id()].insert(request.request_id()).second) {
+    return absl::AlreadyExistsError(absl::StrCat("RecvTensor request ", request.request_id(),
+                                                 " of step ", request.step_id(),
+                                                 " was already received; it is never served twice"));
+  }
+  return absl::OkStatus();
+}
+
+void TensorService::Register(int64_t step_id, int64_t request_id, Reactor* reactor) {
+  std::lock_guard lock(mu_);
+  live_recvs_[{step_id, request_id}] = reactor;
+}
+
+void TensorService::Unregister(int64_t step_id, int64_t request_id) {
+  std::lock_guard lock(mu_);
+  live_recvs_.erase({step_id, request_id});
+}
+
+bool TensorService::Withdraw(int64_t step_id, int64_t request_id) {
+  std::lock_guard lock(mu_);
+  auto it = live_recvs_.find({step_id, request_id});
+  return it == live_recvs_.end() || it->second->Withdraw();
+}
+
+absl::Status TensorService::ReleaseTransfers(
+    const google::protobuf::RepeatedPtrField<ReleasedTransfer>& transfers) {
+  absl::Status status;
+  for (const ReleasedTransfer& transfer : transfers) {
+    if (transfer.cuda_ipc()) {
+      status.Update(cuda_ipc_lent_.Release(transfer));
+    } else if (env_.data_plane == nullptr) {
+      status.Update(absl::FailedPreconditionError(
+          absl::StrCat("ReleaseTransfers: worker ", env_.worker_name,
+                       " serves protocol grpc, which holds no transport transfers")));
+    } else {
+      status.Update(env_.data_plane->Release(transfer));
+    }
+  }
+  return status;
+}
+
+void TensorService::DropStep(int64_t step_id) {
+  if (env_.data_plane != nullptr) env_.data_plane->DropStep(step_id);
+  cuda_ipc_lent_.DropStep(step_id);
+  held_values_.DropIf([step_id](const std::pair<int64_t, int64_t>& held, const HeldValue&) {
+    return held.first == step_id;
+  });
+  std::lock_guard lock(mu_);
+  seen_requests_.erase(step_id);
+}
+
+void TensorService::DropAllHeld() {
+  held_values_.Clear();
+  cuda_ipc_lent_.Clear();
+  if (env_.data_plane != nullptr) env_.data_plane->DropAllHeld();
+}
+
+void TensorService::CountHoldings(HoldingsResponse* holdings) const {
+  if (const DataPlane* plane = env_.data_plane) {
+    holdings->set_transfers(plane->transfers_held());
+    holdings->set_sends(plane->sends_in_flight());
+  }
+  holdings->set_values(held_values_.size());
+  holdings->set_cuda_ipc_lent(cuda_ipc_lent_.size());
+}
+
+absl::StatusOr<TensorService::HeldValue> TensorService::TakeHeldValue(
+    const RecvTensorRequest& request) {
+  std::optional<HeldValue> value =
+      held_values_.Take({request.step_id(), request.request_id()}, [&](const HeldValue& held) {
+        return held.key == request.rendezvous_key();
+      });
+  if (value.has_value()) return *std::move(value);
+  return absl::NotFoundError(absl::StrCat(
+      "RecvTensor fetch_held: worker ", env_.worker_name, " holds no value of '",
+      Excerpt(request.rendezvous_key()), "' for request ", request.request_id(), " of step ",
+      request.step_id(), " (already fetched, its step cleaned up, or its consumer lost)"));
+}
+
+}  // namespace rdv::control
