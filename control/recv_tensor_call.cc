@@ -180,7 +180,8 @@ void RecvTensorCall::StartFetch() {
     join_->transport_started = true;
   }
   std::shared_ptr<SideTransfer> side = SideTransfer::Start(
-      worker_, data_plane_, decoder_, [this, join = join_](absl::Status status) {
+      worker_, data_plane_, decoder_, request_.rendezvous_key(),
+      [this, join = join_](absl::Status status) {
         {
           std::lock_guard lock(join->mu);
           join->transport_done = true;
@@ -477,7 +478,8 @@ void BlockingRecvTensorCall::StartDescribedTransfer(const std::shared_ptr<Fetche
     return;
   }
   std::shared_ptr<SideTransfer> side =
-      SideTransfer::Start(worker_, data_plane_, *decoder_, [fetched](absl::Status status) {
+      SideTransfer::Start(worker_, data_plane_, *decoder_, request_.rendezvous_key(),
+                          [fetched](absl::Status status) {
         fetched->status = std::move(status);
         fetched->done.Notify();
       });

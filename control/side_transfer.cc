@@ -9,9 +9,13 @@ namespace rdv::control {
 
 std::shared_ptr<SideTransfer> SideTransfer::Start(std::shared_ptr<WorkerClient> worker,
                                                   DataPlane* data_plane,
-                                                  const TensorDecoder& decoder, Done done) {
+                                                  const TensorDecoder& decoder,
+                                                  absl::string_view key, Done done) {
+  std::string what = absl::StrCat("the transfer of '", Excerpt(key), "' (",
+                                  decoder.tensor().TotalBytes(), " bytes) from worker ",
+                                  worker->worker_name, " at ", worker->address);
   std::shared_ptr<SideTransfer> transfer(new SideTransfer(std::move(worker), data_plane,
-                                                          std::move(done)));
+                                                          std::move(what), std::move(done)));
   auto on_done = [transfer](absl::Status status) { transfer->TransportDone(std::move(status)); };
   if (decoder.has_cuda_ipc()) {
     FetchByCudaIpc(decoder.meta().cuda_ipc(), decoder.tensor(), std::move(on_done));
@@ -37,8 +41,12 @@ std::shared_ptr<SideTransfer> SideTransfer::Start(std::shared_ptr<WorkerClient> 
   return transfer;
 }
 
-SideTransfer::SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane, Done done)
-    : worker_(std::move(worker)), data_plane_(data_plane), done_(std::move(done)) {}
+SideTransfer::SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
+                           std::string what, Done done)
+    : worker_(std::move(worker)),
+      data_plane_(data_plane),
+      what_(std::move(what)),
+      done_(std::move(done)) {}
 
 bool SideTransfer::Claim() {
   std::lock_guard lock(mu_);
@@ -58,7 +66,11 @@ void SideTransfer::Unwatch() {
 
 void SideTransfer::TransportDone(absl::Status status) {
   Unwatch();
-  if (Claim()) std::move(done_)(std::move(status));
+  if (!Claim()) return;
+  if (!status.ok()) {
+    status = absl::Status(status.code(), absl::StrCat(what_, " failed: ", status.message()));
+  }
+  std::move(done_)(std::move(status));
 }
 
 void SideTransfer::Told(const absl::Status& status) {
@@ -77,9 +89,9 @@ void SideTransfer::Told(const absl::Status& status) {
     std::move(done_)(status);
     return;
   }
-  std::move(done_)(absl::DataLossError(absl::StrCat(
-      "worker ", worker_->worker_name, " reported its send of ", descriptor_.length(),
-      " bytes done, but they did not arrive within ", absl::FormatDuration(limit))));
+  std::move(done_)(absl::DataLossError(
+      absl::StrCat(what_, " failed: the producer reported its send done, but the bytes did not ",
+                   "arrive within ", absl::FormatDuration(limit))));
 }
 
 void SideTransfer::ExpectArrivalWithin(absl::Duration limit) {

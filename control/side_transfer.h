@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "control/data_plane.h"
 #include "control/tensor_codec.h"
@@ -19,16 +21,18 @@ namespace rdv::control {
 // IPC) into the decoder's tensor, bounded by its producer's life: `done`
 // runs once, at the first of the copy's end, End(), and the producer's loss
 // (PeerWatch), which aborts the data plane's endpoint to it. A copy ended
-// early keeps its destination alive until the transport lets go of it.
+// early keeps its destination alive until the transport lets go of it. A
+// failure names the key, the size and the producer.
 class SideTransfer {
  public:
   using Done = absl::AnyInvocable<void(absl::Status) &&>;
 
   // `done` runs on the transport's, CUDA's or the watch's thread, or here
-  // when the copy cannot start. `data_plane` must outlive the transfer.
+  // when the copy cannot start. `data_plane` must outlive the transfer;
+  // `key` is the rendezvous key the answer is for.
   static std::shared_ptr<SideTransfer> Start(std::shared_ptr<WorkerClient> worker,
                                              DataPlane* data_plane, const TensorDecoder& decoder,
-                                             Done done);
+                                             absl::string_view key, Done done);
 
   // Asks the transport to end it early (a tagged receive no send matched
   // yet); `done` then runs on the transport's thread. Safe under the
@@ -42,7 +46,8 @@ class SideTransfer {
   void ExpectArrivalWithin(absl::Duration limit);
 
  private:
-  SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane, Done done);
+  SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane, std::string what,
+               Done done);
   void TransportDone(absl::Status status);
   // From the watch: the producer is lost, or the arrival limit passed.
   void Told(const absl::Status& status);
@@ -52,6 +57,8 @@ class SideTransfer {
 
   const std::shared_ptr<WorkerClient> worker_;  // for its watch
   DataPlane* const data_plane_;
+  // "the transfer of 'KEY' (N bytes) from worker W at A", for its errors.
+  const std::string what_;
   TransportDescriptor descriptor_;  // set before the fetch starts; empty for CUDA IPC
   Done done_;
   std::mutex mu_;

@@ -5,12 +5,15 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "control/protocol.h"
 #include "control/worker_server.h"
@@ -93,8 +96,10 @@ class HostileProducerTest : public ::testing::Test {
   }
 
   // Answers with `chunk` and receives, blocking and then async, in a step
-  // of its own: both statuses must have `code`.
-  void ExpectRecvFails(grpc::ByteBuffer chunk, absl::StatusCode code, const char* what) {
+  // of its own: both statuses must have `code`, and their messages contain
+  // each of `names` ("$KEY" stands for the key's tensor name).
+  void ExpectRecvFails(grpc::ByteBuffer chunk, absl::StatusCode code, const char* what,
+                       std::vector<std::string> names = {}) {
     producer_.SetAnswer(std::move(chunk));
     const int64_t step = ++steps_;
     const ParsedKey key = *ParsedKey::Parse(
@@ -108,6 +113,11 @@ class HostileProducerTest : public ::testing::Test {
     rendezvous->RecvAsync(key, {}, async.Capture());
     ASSERT_TRUE(async.Wait()) << what;
     EXPECT_EQ(async.status.code(), code) << what << ", RecvAsync: " << async.status;
+    for (std::string name : names) {
+      if (name == "$KEY") name = std::string(key.tensor_name());
+      EXPECT_TRUE(absl::StrContains(blocking.message(), name)) << name << " in " << blocking;
+      EXPECT_TRUE(absl::StrContains(async.status.message(), name)) << name << " in " << async.status;
+    }
     consumer_->rendezvous_mgr().Cleanup(step);
   }
 
@@ -167,8 +177,10 @@ TEST_F(HostileProducerTest, GarbageProducerAddressFailsTheRecv) {
   transport->set_address(0x10000);
   transport->set_remote_key("key");
   transport->set_producer_transport_address(std::string("\x01\x02 not an address"));
+  // The error names the key, the size and the producer, not only the cause.
   ExpectRecvFails(ForgedChunk(&meta, 0, ""), absl::StatusCode::kInvalidArgument,
-                  "a descriptor naming a garbage transport address");
+                  "a descriptor naming a garbage transport address",
+                  {"$KEY", "65536 bytes", "worker /job:worker/replica:0/task:0"});
 }
 
 // A producer that describes a tagged send, says the send is done, and never
@@ -186,7 +198,8 @@ TEST_F(HostileProducerTest, TaggedSendThatNeverComesFailsTheRecvWithinThePeerTim
   transport->set_producer_transport_address(consumer_->data_plane()->local_address());
   const absl::Time start = absl::Now();
   ExpectRecvFails(ForgedChunk(&meta, 0, ""), absl::StatusCode::kDataLoss,
-                  "a tagged send said done that never comes");
+                  "a tagged send said done that never comes",
+                  {"$KEY", "65536 bytes", "did not arrive"});
   EXPECT_LT(absl::Now() - start, absl::Seconds(2 * (1 + 3)));
   DataPlane* plane = consumer_->data_plane();
   EXPECT_TRUE(rdv::testing::PollUntil([&] { return plane->fetches_in_flight() == 0; }))
