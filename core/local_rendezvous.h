@@ -20,7 +20,8 @@ class LocalRendezvous final : public Rendezvous {
   static constexpr int kDefaultShards = 256;
 
   explicit LocalRendezvous(int num_shards = kDefaultShards);
-  // Waiting Recvs complete with CANCELLED "rendezvous destroyed".
+  // Waiting Recvs complete with CANCELLED "rendezvous destroyed"
+  // (TensorFlow: CANCELLED "LocalRendezvousImpl deleted").
   ~LocalRendezvous() override;
   LocalRendezvous(const LocalRendezvous&) = delete;
   LocalRendezvous& operator=(const LocalRendezvous&) = delete;

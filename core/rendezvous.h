@@ -44,6 +44,8 @@ using RecvDoneCallback =
                             const Tensor&, bool) &&>;
 
 // CANCELLED, naming the key: how every rendezvous fails a cancelled Recv.
+// (TensorFlow says CANCELLED "RecvAsync is cancelled." without the key; the
+// code is the same, so code that tests the code behaves alike.)
 absl::Status RecvCancelledError(absl::string_view key);
 
 class Rendezvous {

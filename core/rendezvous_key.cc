@@ -86,9 +86,4 @@ absl::StatusOr<ParsedKey> ParsedKey::Parse(absl::string_view key) {
   return out;
 }
 
-absl::string_view ParsedKey::edge_name() const {
-  return absl::string_view(key_).substr(tensor_name_.pos,
-                                       frame_iter_.pos + frame_iter_.len - tensor_name_.pos);
-}
-
 }  // namespace rdv

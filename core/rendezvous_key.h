@@ -48,8 +48,9 @@ class ParsedKey {
   absl::string_view dst_device() const { return Part(dst_device_); }
   absl::string_view tensor_name() const { return Part(tensor_name_); }
   absl::string_view frame_iter() const { return Part(frame_iter_); }
-  // "name;frame:iter", the span TensorFlow calls edge_name.
-  absl::string_view edge_name() const;
+  // Part 3, the name alone, as TensorFlow's ParsedKey::edge_name (the
+  // frame:iter part is not in it).
+  absl::string_view edge_name() const { return tensor_name(); }
   const DeviceName& src() const { return src_; }
   const DeviceName& dst() const { return dst_; }
 

@@ -78,6 +78,7 @@ class Partitioner {
     identity->set_op("Identity");
     identity->set_device(graph_.node(consumer).device());
     identity->add_input(DataInput(recv->name(), 0));
+    SetTypeAttr(identity, "T", DType::kFloat);  // as TensorFlow's partitioner sets it
     it->second = identity->name();
     return it->second;
   }
@@ -105,10 +106,12 @@ class Partitioner {
   void SetKeyAttrs(NodeDef* node, int source, int consumer, const std::string& tensor_name) {
     const DeviceName& send_device = graph_.device(source);
     SetStringAttr(node, "tensor_name", tensor_name);
-    SetStringAttr(node, "send_device", send_device.ToString());
+    // The devices as assigned, legacy spellings ("/cpu:0") too: TensorFlow's
+    // keys carry them so.
+    SetStringAttr(node, "send_device", graph_.node(source).device());
     SetIntAttr(node, "send_device_incarnation",
                static_cast<int64_t>(options_.incarnation ? options_.incarnation(send_device) : 1));
-    SetStringAttr(node, "recv_device", graph_.device(consumer).ToString());
+    SetStringAttr(node, "recv_device", graph_.node(consumer).device());
     SetBoolAttr(node, "client_terminated", false);
   }
 

@@ -4,13 +4,14 @@
 // rendezvous key the two ops build from their attrs:
 //   tensor_name "edge_<edge id>_<source node>", send_device,
 //   send_device_incarnation, recv_device, client_terminated = false,
-//   and on the _Recv tensor_type.
+//   and on the _Recv tensor_type; the devices spelled as the nodes were
+//   assigned them. Partitions are named by canonical device (or worker).
 // Edge ids count every input (data and control) in node order, then input
 // order. One output is received once per destination partition and memory
 // space however many consumers it has there. A control edge crosses as a
 // Const "<source>/ctrl" (float, shape {0}) with a control input from the
-// source, sent to a _Recv that feeds an Identity, which becomes the control
-// input of the destination. An int32 tensor on a GPU device lives in host
+// source, sent to a _Recv that feeds an Identity (T = float), which becomes
+// the control input of the destination. An int32 tensor on a GPU device lives in host
 // memory and crosses as _HostSend / _HostRecv.
 #pragma once
 

@@ -30,7 +30,7 @@ TEST(RendezvousKeyTest, ParsesTheExample) {
   EXPECT_EQ(key->dst_device(), "/job:worker/replica:0/task:1/device:CPU:0");
   EXPECT_EQ(key->tensor_name(), "edge_5_foo");
   EXPECT_EQ(key->frame_iter(), "0:0");
-  EXPECT_EQ(key->edge_name(), "edge_5_foo;0:0");
+  EXPECT_EQ(key->edge_name(), "edge_5_foo");  // TensorFlow's: the name part only
   EXPECT_EQ(key->src().task, 0);
   EXPECT_EQ(key->dst().task, 1);
   EXPECT_TRUE(key->src().IsGpu());

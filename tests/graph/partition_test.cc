@@ -106,6 +106,24 @@ TEST(PartitionTest, CrossingEdgeBecomesSendAndRecvWithTensorFlowsAttrs) {
   EXPECT_EQ(*SendRecvKey(send), absl::StrCat(kCpu0, ";0000000000000001;", kCpu1, ";edge_0_a;0:0"));
 }
 
+// TensorFlow keeps a device string as it was assigned: a legacy spelling
+// reaches the attrs and the key unchanged.
+TEST(PartitionTest, KeysKeepTheDeviceSpellingAsAssigned) {
+  constexpr char kLegacyCpu0[] = "/job:w/replica:0/task:0/cpu:0";
+  constexpr char kLegacyCpu1[] = "/job:w/replica:0/task:0/cpu:1";
+  Graph graph =
+      GraphBuilder().Const("a", kLegacyCpu0).Op("b", "Identity", kLegacyCpu1, {"a:0"}).Build();
+  auto parts = PartitionByDevice(graph);
+  ASSERT_EQ(parts.size(), 2u);
+  const NodeDef& send = Find(parts[kCpu0], "_send_edge_0_a");
+  const NodeDef& recv = Find(parts[kCpu1], "_recv_edge_0_a");
+  EXPECT_EQ(*GetStringAttr(send, "send_device"), kLegacyCpu0);
+  EXPECT_EQ(*GetStringAttr(recv, "recv_device"), kLegacyCpu1);
+  EXPECT_EQ(*SendRecvKey(send), *SendRecvKey(recv));
+  EXPECT_EQ(*SendRecvKey(recv),
+            absl::StrCat(kLegacyCpu0, ";0000000000000001;", kLegacyCpu1, ";edge_0_a;0:0"));
+}
+
 TEST(PartitionTest, OneOutputIsSentOncePerDestinationPartition) {
   Graph graph = GraphBuilder()
                     .Const("a", kCpu0)
@@ -143,6 +161,8 @@ TEST(PartitionTest, ControlEdgeCrossesThroughAnEmptyConstAndAnIdentity) {
   const NodeDef& identity = Find(parts[kCpu1], "_recv_edge_0_a/identity");
   EXPECT_EQ(identity.op(), "Identity");
   EXPECT_THAT(Inputs(identity), ElementsAre("_recv_edge_0_a:0"));
+  ASSERT_TRUE(GetTypeAttr(identity, "T").ok());
+  EXPECT_EQ(*GetTypeAttr(identity, "T"), DType::kFloat);
   EXPECT_THAT(Inputs(Find(parts[kCpu1], "b")), ElementsAre("^_recv_edge_0_a/identity"));
   EXPECT_THAT(Inputs(Find(parts[kCpu1], "c")), ElementsAre("^_recv_edge_0_a/identity"));
   // Every partition is a valid graph on its own.
