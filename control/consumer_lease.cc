@@ -36,20 +36,19 @@ class WatchedConsumer {
 }  // namespace
 
 ConsumerWatcher::ConsumerWatcher(WorkerCache& workers, const std::string& self,
-                                 const ParsedKey& key) {
-  const std::string consumer = key.dst().WorkerName();
-  if (consumer == self) return;
-  absl::StatusOr<std::shared_ptr<WorkerClient>> client = workers.Get(consumer);
-  if (!client.ok()) {
-    RDV_LOG(Debug) << "not watching consumer " << consumer << ": " << client.status();
-    return;
-  }
-  consumer_ = *std::move(client);
+                                 const ParsedKey& key)
+    : consumer_(key.dst().WorkerName()) {
+  if (consumer_ != self) workers_ = &workers;
 }
 
 ConsumerLease ConsumerWatcher::Lease(ConsumerLost lost) const {
-  if (consumer_ == nullptr) return nullptr;
-  return std::make_shared<WatchedConsumer>(consumer_, std::move(lost));
+  if (workers_ == nullptr) return nullptr;
+  absl::StatusOr<std::shared_ptr<WorkerClient>> client = workers_->Get(consumer_);
+  if (!client.ok()) {
+    RDV_LOG(Debug) << "not watching consumer " << consumer_ << ": " << client.status();
+    return nullptr;
+  }
+  return std::make_shared<WatchedConsumer>(*std::move(client), std::move(lost));
 }
 
 }  // namespace rdv::control

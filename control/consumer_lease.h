@@ -32,13 +32,16 @@ class ConsumerWatcher {
  public:
   // Watches nobody: every lease is null.
   ConsumerWatcher() = default;
-  // Watches the consumer of `key` on behalf of the worker `self`.
+  // Watches the consumer of `key` on behalf of the worker `self`. Cheap:
+  // the consumer is looked up in `workers` (which must outlive this) only
+  // when something is leased to it.
   ConsumerWatcher(WorkerCache& workers, const std::string& self, const ParsedKey& key);
 
   ConsumerLease Lease(ConsumerLost lost) const;
 
  private:
-  std::shared_ptr<WorkerClient> consumer_;
+  WorkerCache* workers_ = nullptr;  // null: nobody to watch
+  std::string consumer_;
 };
 
 }  // namespace rdv::control
