@@ -1,6 +1,7 @@
 #include "control/data_plane.h"
 
 #include <cstdlib>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -141,6 +142,18 @@ absl::Status DataPlane::Release(const ReleasedTransfer& transfer) {
 }
 
 void DataPlane::DropStep(int64_t step_id) { held_.DropStep(step_id); }
+
+void DataPlane::DropAllHeld() {
+  held_.Clear();
+  std::vector<std::shared_ptr<plugin::TransportEndpoint>> endpoints;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [address, endpoint] : endpoints_) endpoints.push_back(endpoint);
+    endpoints_.clear();
+  }
+  // Outside the lock: an abort runs the endpoint's callbacks.
+  for (const std::shared_ptr<plugin::TransportEndpoint>& endpoint : endpoints) endpoint->Abort();
+}
 
 void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
                       plugin::TransportDone done) {

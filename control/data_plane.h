@@ -67,7 +67,10 @@ class DataPlane {
   // one of a step cleaned up lately (its ack crossed the cleanup).
   absl::Status Release(const ReleasedTransfer& transfer);
   void DropStep(int64_t step_id);
-  void DropAllHeld() { held_.Clear(); }
+  // At shutdown: frees every held transfer and aborts every endpoint, so
+  // that sends no consumer will receive end (with an error) and let go of
+  // their consumers' leases before the worker cache goes.
+  void DropAllHeld();
   // Tensors offered for op get and not released yet.
   size_t transfers_held() const { return held_.size(); }
 

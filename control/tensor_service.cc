@@ -77,11 +77,22 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
                            bool is_dead) { OnValue(status, value, is_dead); });
   }
 
-  void OnCancel() override { cancel_.StartCancel(); }
-  void OnWriteDone(bool ok) override {
-    if (tag_send_ != nullptr) {
+  void OnCancel() override {
+    cancel_.StartCancel();
+    // A tagged send the consumer will never receive (it cancelled, or the
+    // server is shutting down) must not hold the call open: the send ends
+    // when its endpoint goes.
+    if (const std::shared_ptr<TagSend> tag_send = PostedTagSend()) {
       absl::Status final_status;
-      if (Settle(*tag_send_, /*write_done=*/true, ok ? absl::OkStatus() : WentAway(),
+      if (Settle(*tag_send, /*write_done=*/true, WentAway(), &final_status)) {
+        Finish(ToGrpcStatus(final_status));
+      }
+    }
+  }
+  void OnWriteDone(bool ok) override {
+    if (const std::shared_ptr<TagSend> tag_send = PostedTagSend()) {
+      absl::Status final_status;
+      if (Settle(*tag_send, /*write_done=*/true, ok ? absl::OkStatus() : WentAway(),
                  &final_status)) {
         Finish(ToGrpcStatus(final_status));
       }
@@ -164,8 +175,16 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
       StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
       return;
     }
-    tag_send_ = tag_send;
+    {
+      std::lock_guard lock(tag_mu_);
+      tag_send_ = tag_send;
+    }
     StartWrite(&chunk_);
+  }
+
+  std::shared_ptr<TagSend> PostedTagSend() {
+    std::lock_guard lock(tag_mu_);
+    return tag_send_;
   }
 
   // Op tag: the stream ends once both the meta write and the send are done
@@ -304,7 +323,8 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
   bool registered_ = false;
   Notification settled_;  // the local Recv completed, one way or the other
   bool delivered_ = false;  // ... with a value; written before settled_
-  std::shared_ptr<TagSend> tag_send_;
+  std::mutex tag_mu_;  // OnCancel may come on any thread
+  std::shared_ptr<TagSend> tag_send_;  // tag_mu_: set once the send is posted
   std::unique_ptr<ChunkedDownload> download_;  // a GPU tensor streamed in chunks
   size_t chunk_bytes_ = 0;
   TensorPayload payload_;

@@ -856,6 +856,33 @@ TEST_P(RemoteConformanceTest, FetchHeldOfAnotherKeyIsRefusedAndTheValueStays) {
   EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
+// A consumer that reads a tagged send's meta and goes away without posting
+// its receive (its Recv was cancelled, its step aborted): the producer's
+// call ends with it, so the producer still stops cleanly and promptly
+// (before, its server waited for the send for good and the shutdown bound
+// ended the process with status 1).
+TEST_P(RemoteConformanceTest, TaggedSendNobodyReceivesDoesNotHoldTheProducersShutdown) {
+  if (!absl::StrContains(GetParam().protocol, "ucx")) GTEST_SKIP() << "RDV_UCX_OP is UCX's";
+  RestartProducerWith("RDV_UCX_OP", "tag");
+  const ParsedKey key = Key("never_received");
+  ASSERT_TRUE(Produce(43, {Item(key, DType::kUInt8, {int64_t{1} << 20}, 12)}).ok());
+  RecvTensorRequest request = RawRequest(43, key, 43001);
+  request.set_protocol(GetParam().protocol);
+  request.set_consumer_transport_address(consumer_->data_plane()->local_address());
+  grpc::Status status;
+  const std::vector<RecvTensorChunk> chunks = RawRecvTensor(request, &status, absl::Seconds(1));
+  ASSERT_EQ(chunks.size(), 1u);
+  ASSERT_TRUE(chunks[0].meta().has_transport());
+  if (chunks[0].meta().transport().op() != RDV_TRANSPORT_OP_TAG) {
+    GTEST_SKIP() << "this setting forces gets";
+  }
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  const absl::Time stop = absl::Now();
+  EXPECT_EQ(producer_->Stop(), 0);
+  EXPECT_LT(absl::Now() - stop, absl::Seconds(5));
+  producer_.reset();
+}
+
 TEST_P(RemoteConformanceTest, StepCleanupDropsAHeldValue) {
   RecvTensorRequest request;
   ASSERT_NO_FATAL_FAILURE(ExpectHeld(39, "held_then_cleaned", int64_t{5} << 20, 8, &request));
