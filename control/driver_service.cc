@@ -3,7 +3,6 @@
 #include "absl/strings/str_cat.h"
 #include "control/grpc_status.h"
 #include "control/protocol.h"
-#include "control/security.h"
 #include "control/tensor_pattern.h"
 #include "core/device_copy.h"
 
@@ -16,18 +15,14 @@ DriverServiceImpl::DriverServiceImpl(const WorkerEnv& env, RendezvousMgr& rendez
 grpc::ServerUnaryReactor* DriverServiceImpl::Produce(grpc::CallbackServerContext* context,
                                                      const ProduceRequest* request,
                                                      ProduceResponse*) {
-  if (absl::Status denied = AdmitCaller(*context, env_.options.security); !denied.ok()) {
-    return Reply(context, denied);
-  }
+  if (absl::Status denied = Admit(*context); !denied.ok()) return Reply(context, denied);
   return Reply(context, SendPatterns(*request));
 }
 
 grpc::ServerUnaryReactor* DriverServiceImpl::FetchBytes(grpc::CallbackServerContext* context,
                                                         const FetchBytesRequest* request,
                                                         FetchBytesResponse* response) {
-  if (absl::Status denied = AdmitCaller(*context, env_.options.security); !denied.ok()) {
-    return Reply(context, denied);
-  }
+  if (absl::Status denied = Admit(*context); !denied.ok()) return Reply(context, denied);
   if (request->size() > kMaxGrpcChunkBytes) {
     return Reply(context, absl::InvalidArgumentError(absl::StrCat(
                               "FetchBytes of ", request->size(), " bytes; the most is ",
@@ -40,9 +35,7 @@ grpc::ServerUnaryReactor* DriverServiceImpl::FetchBytes(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* DriverServiceImpl::Holdings(grpc::CallbackServerContext* context,
                                                       const HoldingsRequest*,
                                                       HoldingsResponse* response) {
-  if (absl::Status denied = AdmitCaller(*context, env_.options.security); !denied.ok()) {
-    return Reply(context, denied);
-  }
+  if (absl::Status denied = Admit(*context); !denied.ok()) return Reply(context, denied);
   tensors_.CountHoldings(response);
   for (const std::shared_ptr<WorkerClient>& worker : env_.worker_cache->Clients()) {
     if (worker->watch->WatchingReached()) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "control/rendezvous_mgr.h"
+#include "control/security.h"
 #include "control/tensor_service.h"
 #include "control/worker.grpc.pb.h"
 #include "control/worker_env.h"
@@ -37,6 +38,10 @@ class DriverServiceImpl final : public DriverService::CallbackService {
                                      HoldingsResponse* response) override;
 
  private:
+  // The door (control/security.h), as every worker RPC has it.
+  absl::Status Admit(const grpc::CallbackServerContext& context) const {
+    return AdmitCaller(context, env_.options.security);
+  }
   // Sends the pattern tensors the request names, on its step.
   absl::Status SendPatterns(const ProduceRequest& request);
   // The driver's tensor for `item`, made once.

@@ -54,10 +54,9 @@ class WorkerServiceImpl final : public WorkerServiceBase {
                                       HandshakeResponse* response) override {
     if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
     if (request->protocol_version() != kProtocolVersion) {
-      return Reply(context, absl::FailedPreconditionError(absl::StrCat(
-                                "worker ", request->worker_name(), " speaks protocol version ",
-                                request->protocol_version(), "; ", env_.worker_name,
-                                " speaks ", kProtocolVersion)));
+      return Reply(context, absl::FailedPreconditionError(VersionMismatch(
+                                absl::StrCat("worker ", Excerpt(request->worker_name(), 64)),
+                                request->protocol_version(), env_.worker_name)));
     }
     response->set_worker_name(env_.worker_name);
     response->set_incarnation(env_.incarnation);
