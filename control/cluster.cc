@@ -25,7 +25,7 @@ absl::Status CheckAddress(absl::string_view job, absl::string_view address) {
 }
 
 absl::Status CheckJob(absl::string_view job) {
-  if (!DeviceName::Parse(absl::StrCat("/job:", job)).ok()) {
+  if (!IsValidJobName(job)) {
     return absl::InvalidArgumentError(
         absl::StrCat("cluster job name '", job, "' must be a letter then [A-Za-z0-9_]"));
   }

@@ -192,11 +192,38 @@ absl::Status TensorDecoder::CheckMetaIsConsistent() const {
   return absl::OkStatus();
 }
 
-absl::Status TensorDecoder::StartTensor() {
-  if (meta_.is_dead() || meta_.payload_held()) return absl::OkStatus();
+absl::Status TensorDecoder::ReadDTypeAndShape() {
   RDV_ASSIGN_OR_RETURN(dtype_, DTypeFromEnumValue(meta_.dtype()));
   RDV_ASSIGN_OR_RETURN(shape_, TensorShape::Create(absl::MakeConstSpan(
                                    meta_.dims().data(), static_cast<size_t>(meta_.dims_size()))));
+  return absl::OkStatus();
+}
+
+absl::Status TensorDecoder::CheckTensorBytes(size_t bytes) const {
+  if (bytes <= max_tensor_bytes_) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the producer's ", DTypeName(dtype_), " tensor of shape ", shape_.DebugString(), " has ",
+      bytes, " bytes; this worker accepts at most ", max_tensor_bytes_,
+      " (RDV_MAX_TENSOR_BYTES)"));
+}
+
+// TensorFlow keeps a dead tensor's dtype and shape (its bytes are never
+// read); so does rdv, in zeroed host memory. A producer that sent an
+// uninitialized tensor (dtype 0) gets one back.
+absl::Status TensorDecoder::StartDeadTensor() {
+  if (meta_.dtype() == static_cast<int>(DType::kInvalid)) return absl::OkStatus();
+  RDV_RETURN_IF_ERROR(ReadDTypeAndShape());
+  RDV_ASSIGN_OR_RETURN(const size_t bytes, TensorBytes(dtype_, shape_.num_elements()));
+  RDV_RETURN_IF_ERROR(CheckTensorBytes(bytes));
+  RDV_ASSIGN_OR_RETURN(tensor_, Tensor::Allocate(HostAllocator(), dtype_, shape_));
+  if (dtype_ != DType::kString && bytes > 0) std::memset(tensor_.data(), 0, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status TensorDecoder::StartTensor() {
+  if (meta_.payload_held()) return absl::OkStatus();
+  if (meta_.is_dead()) return StartDeadTensor();
+  RDV_RETURN_IF_ERROR(ReadDTypeAndShape());
   if (dtype_ == DType::kString) {
     if (meta_.has_transport() || meta_.has_cuda_ipc()) {
       return Corrupt("a descriptor for a string tensor (strings travel in the stream)");
@@ -216,12 +243,7 @@ absl::Status TensorDecoder::StartTensor() {
     return absl::OkStatus();
   }
   RDV_ASSIGN_OR_RETURN(const size_t bytes, TensorBytes(dtype_, shape_.num_elements()));
-  if (bytes > max_tensor_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the producer's ", DTypeName(dtype_), " tensor of shape ", shape_.DebugString(), " has ",
-        bytes, " bytes; this worker accepts at most ", max_tensor_bytes_,
-        " (RDV_MAX_TENSOR_BYTES)"));
-  }
+  RDV_RETURN_IF_ERROR(CheckTensorBytes(bytes));
   const bool lent = meta_.has_cuda_ipc();
   if (lent && allocators_.cuda_ipc == nullptr) {
     return Corrupt("a CUDA IPC descriptor the consumer did not ask for");
@@ -269,7 +291,7 @@ absl::Status TensorDecoder::DecodeStrings() {
 absl::StatusOr<Tensor> TensorDecoder::Finish() {
   if (!has_meta_) return Corrupt("the stream ended before the tensor's metadata");
   if (meta_.payload_held()) return absl::InternalError("the payload is held by the producer");
-  if (meta_.is_dead()) return tensor_;  // never allocated: uninitialized
+  if (meta_.is_dead()) return tensor_;
   if (received_ != meta_.payload_bytes()) {
     return Corrupt(absl::StrCat("the stream ended after ", received_, " of ",
                                 meta_.payload_bytes(), " bytes"));

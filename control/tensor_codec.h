@@ -86,15 +86,20 @@ class TensorDecoder {
   const Tensor& tensor() const { return tensor_; }
   const TensorMeta& meta() const { return meta_; }
 
-  // The finished tensor (uninitialized when is_dead); DATA_LOSS when the
-  // stream ended before all payload bytes arrived.
+  // The finished tensor; DATA_LOSS when the stream ended before all payload
+  // bytes arrived. A dead tensor has the dtype and shape it was sent with,
+  // in zeroed host memory (uninitialized when it was sent uninitialized).
   absl::StatusOr<Tensor> Finish();
 
  private:
   absl::Status ConsumeMeta(google::protobuf::io::CodedInputStream* in);
   absl::Status ConsumeData(google::protobuf::io::CodedInputStream* in, uint64_t offset);
   absl::Status CheckMetaIsConsistent() const;
+  absl::Status ReadDTypeAndShape();
+  // RESOURCE_EXHAUSTED above max_tensor_bytes_.
+  absl::Status CheckTensorBytes(size_t bytes) const;
   absl::Status StartTensor();
+  absl::Status StartDeadTensor();
   absl::Status DecodeStrings();
 
   const Allocators allocators_{};

@@ -215,7 +215,7 @@ void WorkerServer::Impl::Shutdown() {
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOptions options) {
   if (options.task < 0) return absl::InvalidArgumentError("worker task must be >= 0");
-  if (!DeviceName::Parse(absl::StrCat("/job:", options.job)).ok()) {
+  if (!IsValidJobName(options.job)) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker job '", options.job, "' must be a letter then [A-Za-z0-9_]"));
   }

@@ -32,15 +32,19 @@ bool ParseNumber(absl::string_view s, int* out) {
   return absl::SimpleAtoi(s, out);
 }
 
-// Order of the parts in a name; each may appear once, in this order.
-enum class Part { kJob, kReplica, kTask, kDevice };
+// The parts of a name. TensorFlow accepts them in any order; each may
+// appear once here (TensorFlow lets a repeated part overwrite the first).
+enum class Part { kJob, kReplica, kTask, kDevice, kCount };
+
+// A part's value "*" matches anything and leaves the part unset.
+bool IsWildcard(absl::string_view value) { return value == "*"; }
 
 class NameParser {
  public:
   explicit NameParser(absl::string_view name) : name_(name) {}
 
   absl::StatusOr<DeviceName> Parse() {
-    if (name_.empty()) return BadName(name_, "empty");
+    if (name_.empty()) return out_;  // the empty specification: any device
     if (name_[0] != '/') return BadName(name_, "must start with '/'");
     const std::vector<absl::string_view> parts = absl::StrSplit(name_.substr(1), '/');
     for (const absl::string_view part : parts) {
@@ -52,39 +56,41 @@ class NameParser {
  private:
   absl::Status ParsePart(absl::string_view part) {
     if (absl::ConsumePrefix(&part, "job:")) {
-      RDV_RETURN_IF_ERROR(Advance(Part::kJob, "job"));
+      RDV_RETURN_IF_ERROR(See(Part::kJob, "job"));
+      if (IsWildcard(part)) return absl::OkStatus();
       if (!IsIdentifier(part)) return BadName(name_, "job must be a letter then [A-Za-z0-9_]");
       out_.has_job = true;
       out_.job = std::string(part);
       return absl::OkStatus();
     }
     if (absl::ConsumePrefix(&part, "replica:")) {
-      RDV_RETURN_IF_ERROR(Advance(Part::kReplica, "replica"));
-      if (!ParseNumber(part, &out_.replica)) return BadName(name_, "replica must be a number");
-      out_.has_replica = true;
-      return absl::OkStatus();
+      RDV_RETURN_IF_ERROR(See(Part::kReplica, "replica"));
+      return ParseIndex(part, "replica", &out_.has_replica, &out_.replica);
     }
     if (absl::ConsumePrefix(&part, "task:")) {
-      RDV_RETURN_IF_ERROR(Advance(Part::kTask, "task"));
-      if (!ParseNumber(part, &out_.task)) return BadName(name_, "task must be a number");
-      out_.has_task = true;
-      return absl::OkStatus();
+      RDV_RETURN_IF_ERROR(See(Part::kTask, "task"));
+      return ParseIndex(part, "task", &out_.has_task, &out_.task);
     }
     if (absl::ConsumePrefix(&part, "device:")) return ParseDevice(part, /*legacy=*/false);
     return ParseDevice(part, /*legacy=*/true);
   }
 
-  // "TYPE:N" after "device:", or the legacy "cpu:N" / "gpu:N".
+  // A number, or "*" for any.
+  absl::Status ParseIndex(absl::string_view value, absl::string_view what, bool* has, int* out) {
+    if (IsWildcard(value)) return absl::OkStatus();
+    if (!ParseNumber(value, out)) return BadName(name_, absl::StrCat(what, " must be a number or *"));
+    *has = true;
+    return absl::OkStatus();
+  }
+
+  // "TYPE:N" after "device:", or the legacy "cpu:N" / "gpu:N"; TYPE and N
+  // may be "*".
   absl::Status ParseDevice(absl::string_view part, bool legacy) {
-    RDV_RETURN_IF_ERROR(Advance(Part::kDevice, "device"));
     const size_t colon = part.rfind(':');
-    if (colon == absl::string_view::npos) {
-      if (legacy) return BadName(name_, absl::StrCat("unknown part '", Excerpt(part, 64), "'"));
-      if (!IsIdentifier(part)) return BadName(name_, "device type must be an identifier");
-      out_.has_type = true;
-      out_.type = std::string(part);
-      return absl::OkStatus();
+    if (legacy && colon == absl::string_view::npos) {
+      return BadName(name_, absl::StrCat("unknown part '", Excerpt(part, 64), "'"));
     }
+    RDV_RETURN_IF_ERROR(See(Part::kDevice, "device"));
     std::string type(part.substr(0, colon));
     if (legacy) {
       const std::string lower = absl::AsciiStrToLower(type);
@@ -93,32 +99,30 @@ class NameParser {
       }
       type = absl::AsciiStrToUpper(type);
     }
-    if (!IsIdentifier(type)) return BadName(name_, "device type must be an identifier");
-    if (!ParseNumber(part.substr(colon + 1), &out_.id)) {
-      return BadName(name_, "device id must be a number");
+    if (type != "*") {
+      if (!IsIdentifier(type)) return BadName(name_, "device type must be an identifier");
+      out_.has_type = true;
+      out_.type = std::move(type);
     }
-    out_.has_type = true;
-    out_.type = std::move(type);
-    out_.has_id = true;
-    return absl::OkStatus();
+    if (colon == absl::string_view::npos) return absl::OkStatus();
+    return ParseIndex(part.substr(colon + 1), "device id", &out_.has_id, &out_.id);
   }
 
-  absl::Status Advance(Part part, absl::string_view what) {
-    if (seen_any_ && part <= last_) {
-      return BadName(name_, absl::StrCat("'", Excerpt(what, 64), "' repeated or out of order"));
-    }
-    seen_any_ = true;
-    last_ = part;
+  absl::Status See(Part part, absl::string_view what) {
+    bool& seen = seen_[static_cast<int>(part)];
+    if (seen) return BadName(name_, absl::StrCat("'", what, "' appears twice"));
+    seen = true;
     return absl::OkStatus();
   }
 
   absl::string_view name_;
   DeviceName out_;
-  bool seen_any_ = false;
-  Part last_ = Part::kJob;
+  bool seen_[static_cast<int>(Part::kCount)] = {};
 };
 
 }  // namespace
+
+bool IsValidJobName(absl::string_view name) { return IsIdentifier(name); }
 
 absl::StatusOr<DeviceName> DeviceName::Parse(absl::string_view name) {
   return NameParser(name).Parse();

@@ -1,8 +1,12 @@
 // Device names as TensorFlow spells them:
 //   /job:worker/replica:0/task:1/device:GPU:0   (full)
 //   /job:worker/task:1/cpu:0, /cpu:0, /device:GPU:1   (short and legacy)
-// Parse accepts any subset of the parts in that order; ToString prints the
-// parts present in the full spelling ("/job:J/replica:R/task:T/device:T:N").
+// Parse accepts, as TensorFlow's parser does, partial specifications: any
+// subset of the parts, in any order, "*" for any value (the part is then
+// unset: "/job:*/device:GPU:*"), and the empty name (any device). Unlike
+// TensorFlow, a part named twice is an error rather than the last one
+// winning. ToString prints the parts present in the full spelling
+// ("/job:J/replica:R/task:T/device:T:N").
 // The job/replica/task prefix names the worker process.
 #pragma once
 
@@ -41,6 +45,9 @@ struct DeviceName {
 
   friend bool operator==(const DeviceName& a, const DeviceName& b) = default;
 };
+
+// A letter, then letters, digits and '_': what a job name may be.
+bool IsValidJobName(absl::string_view name);
 
 // True when both devices are fully named and belong to the same worker
 // process (same job, replica and task), so that they share host memory.

@@ -158,6 +158,39 @@ TEST(TensorCodecTest, RefusesADeadTensorWithPayload) {
   EXPECT_NE(status.message().find("dead tensor"), std::string::npos) << status;
 }
 
+// TensorFlow's Recv of a dead tensor keeps its dtype and shape.
+TEST(TensorCodecTest, ADeadTensorKeepsItsDTypeAndShape) {
+  TensorMeta meta = ForgedMeta(DType::kInt32, {2, 3}, 0);
+  meta.set_is_dead(true);
+  TensorDecoder decoder;
+  grpc::ByteBuffer chunk = ForgedChunk(&meta, 0, "");
+  ASSERT_TRUE(decoder.Consume(&chunk).ok());
+  absl::StatusOr<Tensor> tensor = decoder.Finish();
+  ASSERT_TRUE(tensor.ok()) << tensor.status();
+  EXPECT_EQ(tensor->dtype(), DType::kInt32);
+  EXPECT_EQ(tensor->shape().DebugString(), "[2,3]");
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(tensor->flat<int32_t>()[i], 0) << i;
+}
+
+TEST(TensorCodecTest, ADeadTensorSentUninitializedStaysUninitialized) {
+  TensorMeta meta = MakeTensorMeta(Tensor(), /*is_dead=*/true, 0, 0);
+  TensorDecoder decoder;
+  grpc::ByteBuffer chunk = ForgedChunk(&meta, 0, "");
+  ASSERT_TRUE(decoder.Consume(&chunk).ok());
+  absl::StatusOr<Tensor> tensor = decoder.Finish();
+  ASSERT_TRUE(tensor.ok()) << tensor.status();
+  EXPECT_FALSE(tensor->IsInitialized());
+}
+
+TEST(TensorCodecTest, ADeadTensorAboveTheLimitIsRefused) {
+  TensorMeta meta = ForgedMeta(DType::kFloat, {1 << 20}, 0);
+  meta.set_is_dead(true);
+  TensorDecoder decoder({}, /*max_tensor_bytes=*/1 << 20);
+  grpc::ByteBuffer chunk = ForgedChunk(&meta, 0, "");
+  const absl::Status status = decoder.Consume(&chunk);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+}
+
 TEST(TensorCodecTest, RefusesATensorAboveTheLimitBeforeAllocating) {
   const TensorMeta meta = ForgedMeta(DType::kFloat, {1 << 20}, 4 << 20);
   TensorDecoder decoder({}, /*max_tensor_bytes=*/1 << 20);

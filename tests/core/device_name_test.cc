@@ -42,14 +42,51 @@ TEST(DeviceNameTest, ParsesShortAndLegacySpellings) {
 }
 
 TEST(DeviceNameTest, RejectsMalformedNames) {
-  for (const char* bad : {"", "job:w/task:0", "/job:/task:0", "/job:1w", "/job:w/task:x",
-                          "/job:w/replica:-1", "/task:0/job:w", "/job:w/job:v",
-                          "/job:w/device:GPU:a", "/job:w/tpu:0", "/job:w//task:0", "/job:w/",
-                          "/device:GPU:0/task:1"}) {
+  for (const char* bad : {"job:w/task:0", "/job:/task:0", "/job:1w", "/job:w/task:x",
+                          "/job:w/replica:-1", "/job:w/job:v", "/job:w/device:GPU:a",
+                          "/job:w/tpu:0", "/job:w//task:0", "/job:w/", "/job:**",
+                          "/device:GPU:0/cpu:1"}) {
     auto name = DeviceName::Parse(bad);
     EXPECT_EQ(name.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(name.status().message().find(bad), absl::string_view::npos) << name.status();
   }
+}
+
+// TensorFlow's parser takes these as partial specifications.
+TEST(DeviceNameTest, AcceptsTensorFlowsPartialSpecifications) {
+  auto empty = DeviceName::Parse("");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(*empty, DeviceName{});
+
+  auto wild = DeviceName::Parse("/job:*/replica:*/task:*/device:*:*");
+  ASSERT_TRUE(wild.ok()) << wild.status();
+  EXPECT_EQ(*wild, DeviceName{});
+
+  auto any_gpu = DeviceName::Parse("/job:w/device:GPU:*");
+  ASSERT_TRUE(any_gpu.ok()) << any_gpu.status();
+  EXPECT_TRUE(any_gpu->has_job && any_gpu->has_type && !any_gpu->has_id);
+  EXPECT_TRUE(any_gpu->IsGpu());
+  EXPECT_EQ(any_gpu->ToString(), "/job:w/device:GPU");
+
+  auto legacy = DeviceName::Parse("/gpu:*");
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  EXPECT_TRUE(legacy->IsGpu() && !legacy->has_id);
+
+  auto shuffled = DeviceName::Parse("/task:1/device:CPU:0/job:w/replica:0");
+  ASSERT_TRUE(shuffled.ok()) << shuffled.status();
+  EXPECT_EQ(shuffled->ToString(), "/job:w/replica:0/task:1/device:CPU:0");
+  EXPECT_TRUE(shuffled->IsFullySpecified());
+}
+
+TEST(DeviceNameTest, AWildcardIsNotAFullName) {
+  auto name = DeviceName::Parse("/job:w/replica:0/task:*/device:CPU:0");
+  ASSERT_TRUE(name.ok()) << name.status();
+  EXPECT_FALSE(name->IsFullySpecified());
+}
+
+TEST(DeviceNameTest, JobNames) {
+  EXPECT_TRUE(IsValidJobName("worker_1"));
+  for (const char* bad : {"", "*", "1w", "w-1", "w/x"}) EXPECT_FALSE(IsValidJobName(bad)) << bad;
 }
 
 TEST(DeviceNameTest, SameAddressSpace) {
