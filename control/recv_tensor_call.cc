@@ -7,9 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/grpc_status.h"
-#include "control/protocol.h"
-#include "core/cuda.h"
-#include "core/device_copy.h"
 #include "core/notification.h"
 
 namespace rdv::control {
@@ -37,99 +34,49 @@ bool AwaitTag(grpc::CompletionQueue* queue, void* tag,
   }
 }
 
-// Where the received bytes land first. In the stream: host memory, pinned
-// when the tensor then goes to a GPU (the DMA copy reads it without another
-// staging copy), the data plane's pool when there is one. Through the data
-// plane: what it picks for the destination. By CUDA IPC: the destination
-// GPU, when the request asked for it.
-TensorDecoder::Allocators DecoderAllocators(DataPlane* data_plane,
-                                            const RecvTensorRequest& request,
-                                            MemoryLocation destination) {
-  TensorDecoder::Allocators allocators;
-  if (data_plane != nullptr) {
-    allocators.stream = data_plane->allocator();
-    allocators.transport = data_plane->ReceiveAllocator(destination);
-  } else if (!destination.is_host()) {
-    if (absl::StatusOr<std::shared_ptr<Allocator>> pinned = cuda::PinnedHostAllocator(); pinned.ok()) {
-      allocators.stream = *std::move(pinned);
-    }
+void DrainQueue(grpc::CompletionQueue* queue) {
+  queue->Shutdown();
+  void* ignored_tag;
+  bool ignored_ok;
+  while (queue->Next(&ignored_tag, &ignored_ok)) {
   }
-  if (request.consumer_accepts_cuda_ipc()) {
-    absl::StatusOr<std::shared_ptr<Allocator>> device = cuda::DeviceAllocator(destination.device);
-    if (device.ok()) allocators.cuda_ipc = *std::move(device);
-  }
-  return allocators;
+}
+
+// Whether the producer may answer in one message: not when the payload
+// comes as a tagged send, which the consumer posts after reading the meta.
+RecvTensorRequest WithSingleMessage(RecvTensorRequest request, const DataPlane* data_plane) {
+  request.set_single_message(data_plane == nullptr ||
+                             data_plane->transport().preferred_op() != RDV_TRANSPORT_OP_TAG);
+  return request;
+}
+
+// Ends `exchange` with `status` before (or instead of) its gRPC call.
+void EndWith(RecvExchange& exchange, const absl::Status& status) {
+  exchange.Abort(status);
+  exchange.CallEnded(grpc::Status::OK);
 }
 
 }  // namespace
-
-// Joins the end of the RecvTensor stream with the end of the data-plane
-// transfer it described. A stream that fails first finishes the Recv at
-// once; the transfer's late completion then finds `finished` and only
-// drops its reference.
-struct FetchJoin {
-  std::mutex mu;
-  bool transport_started = false;
-  bool transport_done = false;
-  bool stream_done = false;
-  bool finished = false;
-  absl::Status transport_status;
-  absl::Status stream_status;
-};
-
-void StreamUpload::Advance(const TensorDecoder& decoder, MemoryLocation destination) {
-  if (!decided_ && decoder.has_meta()) {
-    decided_ = true;
-    const Tensor& tensor = decoder.tensor();
-    const bool in_stream_to_gpu = !destination.is_host() && !decoder.has_transport() &&
-                                  !decoder.has_cuda_ipc() && tensor.IsInitialized() &&
-                                  tensor.TotalBytes() > 0 &&
-                                  tensor.location().kind == MemoryKind::kPinnedHost;
-    if (in_stream_to_gpu) {
-      // On failure the whole copy at the end reports the error.
-      absl::StatusOr<std::unique_ptr<ChunkedUpload>> upload =
-          ChunkedUpload::Create(tensor, destination, kStagingChunkBytes);
-      if (upload.ok()) upload_ = *std::move(upload);
-    }
-  }
-  if (upload_ != nullptr) upload_->Advance(decoder.received_bytes());
-}
-
-void ReleaseFetched(const WorkerClient& worker, int64_t step_id, const TensorMeta& meta) {
-  ReleasedTransfer transfer;
-  transfer.set_step_id(step_id);
-  if (meta.has_cuda_ipc()) {
-    transfer.set_cuda_ipc(true);
-    transfer.set_transfer_id(meta.cuda_ipc().transfer_id());
-    transfer.set_length(meta.cuda_ipc().length());
-  } else if (meta.has_transport() && meta.transport().op() == RDV_TRANSPORT_OP_GET) {
-    transfer.set_transfer_id(meta.transport().transfer_id());
-    transfer.set_length(meta.transport().length());
-  } else {
-    return;
-  }
-  worker.releases->Release(transfer);
-}
 
 RecvTensorCall::RecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
                                RecvTensorRequest request, MemoryLocation destination,
                                Detach detach, Done done)
     : worker_(std::move(worker)),
       calls_(worker_->calls),
-      data_plane_(data_plane),
-      join_(std::make_shared<FetchJoin>()),
       request_(std::move(request)),
-      destination_(destination),
       detach_(std::move(detach)),
       done_(std::move(done)),
-      decoder_(DecoderAllocators(data_plane, request_, destination), worker_->max_tensor_bytes) {
+      exchange_(RecvExchange::Create(worker_, data_plane, request_, destination,
+                                     [this](absl::Status status, Tensor tensor, bool is_dead) {
+                                       Complete(std::move(status), std::move(tensor), is_dead);
+                                     })) {
   calls_->Begin();
 }
 
 void RecvTensorCall::Start() {
   if (const absl::Status serialized = SerializeRequest(request_, &request_buffer_);
       !serialized.ok()) {
-    Complete(serialized, Tensor(), false);
+    EndWith(*exchange_, serialized);
     return;
   }
   grpc::internal::ClientCallbackReaderFactory<grpc::ByteBuffer>::Create(
@@ -138,149 +85,25 @@ void RecvTensorCall::Start() {
   StartCall();
 }
 
-// Called under the rendezvous' lock: nothing here may finish the call.
 void RecvTensorCall::Abort(const absl::Status& status) {
-  {
-    std::lock_guard lock(mu_);
-    if (abort_status_.ok()) abort_status_ = status;
-  }
+  exchange_->Abort(status);
   context_.TryCancel();
-  // A tagged receive ends at once; a get on a live peer finishes soon, on a
-  // lost one the peer watch ends it.
-  CancelSideTransfer();
 }
 
 void RecvTensorCall::OnReadDone(bool ok) {
   if (!ok) return;  // the stream ended; OnDone follows
-  const absl::Status decoded = decoder_.Consume(&response_);
+  const absl::Status decoded = exchange_->Consume(&response_);
   if (!decoded.ok()) {
     Abort(decoded);
     return;
   }
-  upload_.Advance(decoder_, destination_);
   response_.Clear();
   // The status follows the last chunk; a further read would only add a
   // round through the reactor.
-  if (!decoder_.complete()) {
-    StartRead(&response_);
-  } else if (decoder_.has_transport() || decoder_.has_cuda_ipc()) {
-    StartFetch();
-  }
+  if (!exchange_->complete()) StartRead(&response_);
 }
 
-// Runs in a reaction, so before OnDone: the transfer's end cannot finish
-// the call (and delete it) before this returns.
-void RecvTensorCall::StartFetch() {
-  {
-    std::lock_guard lock(mu_);
-    if (!abort_status_.ok()) return;  // the stream ends with it
-  }
-  {
-    std::lock_guard lock(join_->mu);
-    join_->transport_started = true;
-  }
-  std::shared_ptr<SideTransfer> side = SideTransfer::Start(
-      worker_, data_plane_, decoder_, request_.rendezvous_key(),
-      [this, join = join_](absl::Status status) {
-        {
-          std::lock_guard lock(join->mu);
-          join->transport_done = true;
-          join->transport_status = std::move(status);
-          if (join->finished || !join->stream_done) return;
-          join->finished = true;
-        }
-        Finish();
-      });
-  std::lock_guard lock(mu_);
-  side_ = std::move(side);
-  // Aborted meanwhile: its Abort found no transfer to cancel.
-  if (!abort_status_.ok()) side_->Cancel();
-}
-
-absl::Status RecvTensorStatus(const WorkerClient& worker, const grpc::Status& status,
-                              const absl::Status& abort_status) {
-  if (!abort_status.ok()) return abort_status;
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return absl::UnavailableError(absl::StrCat("worker ", worker.worker_name, " at ",
-                                               worker.address,
-                                               " is unreachable or died: ", status.error_message()));
-  }
-  return FromGrpcStatus(status);
-}
-
-absl::Status RecvTensorCall::FinalStatus(const grpc::Status& status) {
-  std::lock_guard lock(mu_);
-  return RecvTensorStatus(*worker_, status, abort_status_);
-}
-
-void RecvTensorCall::OnDone(const grpc::Status& grpc_status) {
-  const absl::Status status = FinalStatus(grpc_status);
-  bool transfer_pending = false;
-  {
-    std::lock_guard lock(join_->mu);
-    join_->stream_done = true;
-    join_->stream_status = status;
-    transfer_pending = join_->transport_started && !join_->transport_done;
-    if (transfer_pending && status.ok()) {
-      ExpectArrival();
-      return;
-    }
-    join_->finished = true;
-  }
-  // A tagged receive would wait for a send that failed.
-  if (transfer_pending) CancelSideTransfer();
-  Finish();
-}
-
-void RecvTensorCall::CancelSideTransfer() {
-  std::shared_ptr<SideTransfer> side;
-  {
-    std::lock_guard lock(mu_);
-    side = side_;
-  }
-  if (side != nullptr) side->Cancel();
-}
-
-void RecvTensorCall::ExpectArrival() {
-  std::lock_guard lock(mu_);
-  if (side_ != nullptr) side_->ExpectArrivalWithin(worker_->peer_timeout);
-}
-
-void RecvTensorCall::Finish() {
-  absl::Status status;
-  {
-    std::lock_guard lock(join_->mu);
-    status = join_->stream_status;
-    if (status.ok() && join_->transport_started) status = join_->transport_status;
-  }
-  if (!status.ok()) {
-    Complete(status, Tensor(), false);
-    return;
-  }
-  ReleaseFetched(*worker_, request_.step_id(), decoder_.meta());
-  absl::StatusOr<Tensor> tensor = decoder_.Finish();
-  const bool is_dead = decoder_.has_meta() && decoder_.meta().is_dead();
-  if (!tensor.ok()) {
-    Complete(tensor.status(), Tensor(), false);
-    return;
-  }
-  if (destination_.is_host() || !tensor->IsInitialized() || tensor->location() == destination_) {
-    Complete(absl::OkStatus(), *std::move(tensor), is_dead);
-    return;
-  }
-  auto on_device = [this](absl::StatusOr<Tensor> copied) {
-    if (copied.ok()) {
-      Complete(absl::OkStatus(), *std::move(copied), false);
-    } else {
-      Complete(copied.status(), Tensor(), false);
-    }
-  };
-  if (std::unique_ptr<ChunkedUpload> upload = upload_.Take()) {
-    upload->Finish(std::move(on_device));
-  } else {
-    CopyTensorAsync(*tensor, destination_, std::move(on_device));
-  }
-}
+void RecvTensorCall::OnDone(const grpc::Status& status) { exchange_->CallEnded(status); }
 
 void RecvTensorCall::Complete(absl::Status status, Tensor tensor, bool is_dead) {
   std::move(detach_)(this);
@@ -293,29 +116,11 @@ void RecvTensorCall::Complete(absl::Status status, Tensor tensor, bool is_dead) 
   calls->End();
 }
 
-namespace {
-
-// Whether the producer may answer in one message: not when the payload
-// comes as a tagged send, which the consumer posts after reading the meta.
-RecvTensorRequest WithSingleMessage(RecvTensorRequest request, const DataPlane* data_plane) {
-  request.set_single_message(data_plane == nullptr ||
-                             data_plane->transport().preferred_op() != RDV_TRANSPORT_OP_TAG);
-  return request;
-}
-
-void DrainQueue(grpc::CompletionQueue* queue) {
-  queue->Shutdown();
-  void* ignored_tag;
-  bool ignored_ok;
-  while (queue->Next(&ignored_tag, &ignored_ok)) {
-  }
-}
-
-}  // namespace
-
-struct BlockingRecvTensorCall::Fetched {
+struct BlockingRecvTensorCall::Result {
   Notification done;
   absl::Status status;
+  Tensor tensor;
+  bool is_dead = false;
 };
 
 BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> worker,
@@ -323,13 +128,18 @@ BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> wor
                                                MemoryLocation destination, absl::Duration timeout,
                                                absl::Duration peer_timeout)
     : worker_(std::move(worker)),
-      data_plane_(data_plane),
       request_(WithSingleMessage(std::move(request), data_plane)),
       timeout_(timeout),
       peer_timeout_(peer_timeout),
-      destination_(destination),
-      decoder_(std::make_unique<TensorDecoder>(DecoderAllocators(data_plane, request_, destination),
-                                               worker_->max_tensor_bytes)) {}
+      result_(std::make_shared<Result>()),
+      exchange_(RecvExchange::Create(
+          worker_, data_plane, request_, destination,
+          [result = result_](absl::Status status, Tensor tensor, bool is_dead) {
+            result->status = std::move(status);
+            result->tensor = std::move(tensor);
+            result->is_dead = is_dead;
+            result->done.Notify();
+          })) {}
 
 bool BlockingRecvTensorCall::Withdrawn() {
   grpc::ClientContext context;
@@ -344,17 +154,11 @@ bool BlockingRecvTensorCall::Withdrawn() {
 }
 
 void BlockingRecvTensorCall::Abort(const absl::Status& status) {
-  std::shared_ptr<SideTransfer> side;
-  {
-    std::lock_guard lock(mu_);
-    if (abort_status_.ok()) abort_status_ = status;
-    side = side_;
-  }
+  // Only wakes Run's thread.
+  exchange_->AbortNow(status);
   // A context whose call has not started cancels it when it does.
   context_.TryCancel();
   fetch_held_context_.TryCancel();
-  // Only wakes Run's thread.
-  if (side != nullptr) side->End(status);
 }
 
 bool BlockingRecvTensorCall::AwaitAnswer(grpc::CompletionQueue* queue, void* tag,
@@ -370,30 +174,24 @@ absl::Status BlockingRecvTensorCall::Run(Tensor* tensor, bool* is_dead) {
   // Only the wait for the answer is bounded; once bytes flow, they finish.
   const absl::Time deadline = timeout_ < absl::InfiniteDuration() ? absl::Now() + timeout_
                                                                   : absl::InfiniteFuture();
-  auto fetched = std::make_shared<Fetched>();
-  if (!request_.single_message()) {
-    RDV_RETURN_IF_ERROR(ReceiveStream(request_, &context_, deadline, fetched));
-    return Complete(*fetched, tensor, is_dead);
+  if (request_.single_message()) {
+    RunOneMessage(deadline);
+  } else {
+    RunStream(request_, &context_, deadline);
   }
-  RDV_RETURN_IF_ERROR(ReceiveOneMessage(deadline));
-  if (!decoder_->held()) {
-    StartDescribedTransfer(fetched);
-    return Complete(*fetched, tensor, is_dead);
-  }
-  // The producer took the value for this Recv: no more timeout.
-  RecvTensorRequest fetch = request_;
-  fetch.set_single_message(false);
-  fetch.set_fetch_held(true);
-  fetch.clear_released();  // the first call delivered them
-  decoder_ = std::make_unique<TensorDecoder>(DecoderAllocators(data_plane_, fetch, destination_),
-                                             worker_->max_tensor_bytes);
-  RDV_RETURN_IF_ERROR(ReceiveStream(fetch, &fetch_held_context_, absl::InfiniteFuture(), fetched));
-  return Complete(*fetched, tensor, is_dead);
+  result_->done.WaitForNotification();
+  RDV_RETURN_IF_ERROR(result_->status);
+  *tensor = std::move(result_->tensor);
+  *is_dead = result_->is_dead;
+  return absl::OkStatus();
 }
 
-absl::Status BlockingRecvTensorCall::ReceiveOneMessage(absl::Time deadline) {
+void BlockingRecvTensorCall::RunOneMessage(absl::Time deadline) {
   grpc::ByteBuffer request;
-  RDV_RETURN_IF_ERROR(SerializeRequest(request_, &request));
+  if (const absl::Status serialized = SerializeRequest(request_, &request); !serialized.ok()) {
+    EndWith(*exchange_, serialized);
+    return;
+  }
   grpc::CompletionQueue queue;
   // Lives in the call's arena.
   grpc::ClientAsyncResponseReader<grpc::ByteBuffer>* reader =
@@ -405,27 +203,37 @@ absl::Status BlockingRecvTensorCall::ReceiveOneMessage(absl::Time deadline) {
   reader->Finish(&answer, &finished, &answer);
   AwaitAnswer(&queue, &answer, deadline);
   DrainQueue(&queue);
-  {
-    std::lock_guard lock(mu_);
-    RDV_RETURN_IF_ERROR(RecvTensorStatus(*worker_, finished, abort_status_));
+  if (!finished.ok()) {
+    exchange_->CallEnded(finished);
+    return;
   }
-  RDV_RETURN_IF_ERROR(decoder_->Consume(&answer));
-  if (!decoder_->complete()) {
-    return absl::DataLossError(absl::StrCat("worker ", worker_->worker_name,
-                                            " answered a single-message RecvTensor with ",
-                                            decoder_->received_bytes(), " of ",
-                                            decoder_->meta().payload_bytes(), " payload bytes"));
+  absl::Status decoded = exchange_->Consume(&answer);
+  if (decoded.ok() && !exchange_->complete()) {
+    decoded = absl::DataLossError(absl::StrCat(
+        "worker ", worker_->worker_name, " answered a single-message RecvTensor with ",
+        exchange_->received_bytes(), " of ", exchange_->payload_bytes(), " payload bytes"));
   }
-  if (!decoder_->held()) upload_.Advance(*decoder_, destination_);
-  return absl::OkStatus();
+  if (!decoded.ok() || !exchange_->held()) {
+    if (!decoded.ok()) exchange_->Abort(decoded);
+    exchange_->CallEnded(finished);
+    return;
+  }
+  // The producer took the value for this Recv: no more timeout.
+  RecvTensorRequest fetch = request_;
+  fetch.set_single_message(false);
+  fetch.set_fetch_held(true);
+  fetch.clear_released();  // the first call delivered them
+  exchange_->Refetch(fetch);
+  RunStream(fetch, &fetch_held_context_, absl::InfiniteFuture());
 }
 
-absl::Status BlockingRecvTensorCall::ReceiveStream(const RecvTensorRequest& request,
-                                                   grpc::ClientContext* context,
-                                                   absl::Time deadline,
-                                                   const std::shared_ptr<Fetched>& fetched) {
+void BlockingRecvTensorCall::RunStream(const RecvTensorRequest& request,
+                                       grpc::ClientContext* context, absl::Time deadline) {
   grpc::ByteBuffer serialized;
-  RDV_RETURN_IF_ERROR(SerializeRequest(request, &serialized));
+  if (const absl::Status status = SerializeRequest(request, &serialized); !status.ok()) {
+    EndWith(*exchange_, status);
+    return;
+  }
   // This thread drives its own completion queue: gRPC then reads the
   // answer on this thread instead of waking it from another, and the start
   // and the first read are in flight together.
@@ -437,79 +245,21 @@ absl::Status BlockingRecvTensorCall::ReceiveStream(const RecvTensorRequest& requ
   absl::Status decoded;
   grpc::ByteBuffer chunk;
   bool reading = true;
-  while (reading && decoded.ok() && !decoder_->complete()) {
+  // The exchange starts the side transfer the answer describes before the
+  // stream's status arrives (with op tag the producer sends that status
+  // only once its send is done).
+  while (reading && decoded.ok() && !exchange_->complete()) {
     reader->Read(&chunk, &chunk);
     reading = AwaitAnswer(&queue, &chunk, deadline);
-    if (reading) decoded = decoder_->Consume(&chunk);
-    if (reading && decoded.ok()) upload_.Advance(*decoder_, destination_);
+    if (reading) decoded = exchange_->Consume(&chunk);
     deadline = absl::InfiniteFuture();
   }
-  // The transfer starts before the stream's status arrives (with op tag the
-  // producer sends it only once its send is done).
-  if (decoded.ok()) {
-    StartDescribedTransfer(fetched);
-  } else {
-    Abort(decoded);
-    fetched->done.Notify();
-  }
+  if (!decoded.ok()) Abort(decoded);
   grpc::Status finished;
   reader->Finish(&finished, &finished);
   AwaitTag(&queue, &finished);
   DrainQueue(&queue);
-  std::shared_ptr<SideTransfer> side;
-  absl::Status status;
-  {
-    std::lock_guard lock(mu_);
-    status = RecvTensorStatus(*worker_, finished, abort_status_);
-    side = side_;
-  }
-  if (side == nullptr) return status;
-  if (status.ok()) {
-    side->ExpectArrivalWithin(peer_timeout_);
-  } else {
-    side->End(status);  // a tagged receive would wait for a send that failed
-  }
-  return status;
-}
-
-void BlockingRecvTensorCall::StartDescribedTransfer(const std::shared_ptr<Fetched>& fetched) {
-  if (!decoder_->has_transport() && !decoder_->has_cuda_ipc()) {
-    fetched->done.Notify();
-    return;
-  }
-  std::shared_ptr<SideTransfer> side =
-      SideTransfer::Start(worker_, data_plane_, *decoder_, request_.rendezvous_key(),
-                          [fetched](absl::Status status) {
-        fetched->status = std::move(status);
-        fetched->done.Notify();
-      });
-  absl::Status aborted;
-  {
-    std::lock_guard lock(mu_);
-    side_ = side;
-    aborted = abort_status_;
-  }
-  // Aborted meanwhile: its Abort found no transfer to end.
-  if (!aborted.ok()) side->End(aborted);
-}
-
-absl::Status BlockingRecvTensorCall::Complete(Fetched& fetched, Tensor* tensor, bool* is_dead) {
-  fetched.done.WaitForNotification();
-  RDV_RETURN_IF_ERROR(fetched.status);
-  ReleaseFetched(*worker_, request_.step_id(), decoder_->meta());
-  RDV_ASSIGN_OR_RETURN(*tensor, decoder_->Finish());
-  *is_dead = decoder_->meta().is_dead();
-  if (std::unique_ptr<ChunkedUpload> upload = upload_.Take()) {
-    Notification uploaded;
-    absl::StatusOr<Tensor> on_device;
-    upload->Finish([&](absl::StatusOr<Tensor> copied) {
-      on_device = std::move(copied);
-      uploaded.Notify();
-    });
-    uploaded.WaitForNotification();
-    RDV_ASSIGN_OR_RETURN(*tensor, std::move(on_device));
-  }
-  return absl::OkStatus();
+  exchange_->CallEnded(finished);
 }
 
 }  // namespace rdv::control

@@ -8,8 +8,6 @@
 #include "control/cuda_ipc_transfer.h"
 #include "control/protocol.h"
 #include "control/recv_tensor_call.h"
-#include "core/device_copy.h"
-#include "core/notification.h"
 
 namespace rdv::control {
 namespace {
@@ -59,8 +57,7 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
   CancellationManager* const cancel = args.cancellation_manager;
   const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
   auto detach = [self = shared_from_this(), cancel, token](AbortableCall* call) {
-    if (cancel != nullptr) cancel->DeregisterCallback(token);
-    self->Untrack(call);
+    self->Unhook(call, cancel, token);
   };
   auto finish = [done = std::move(done), args](absl::Status status, Tensor tensor,
                                                bool is_dead) mutable {
@@ -70,13 +67,7 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
   RecvTensorRequest request = MakeRequest(key, destination, **worker);
   auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane, std::move(request),
                                   destination, std::move(detach), std::move(finish));
-  if (const absl::Status aborted = Track(call); !aborted.ok()) call->Abort(aborted);
-  if (cancel != nullptr &&
-      !cancel->RegisterCallback(token, [call, key = std::string(key.FullKey())] {
-        call->Abort(RecvCancelledError(key));
-      })) {
-    call->Abort(RecvCancelledError(key.FullKey()));
-  }
+  Hook(call, key.FullKey(), cancel, token);
   call->Start();
 }
 
@@ -108,31 +99,33 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
   RecvTensorRequest request = MakeRequest(key, destination, *worker);
   BlockingRecvTensorCall call(std::move(worker), env_->data_plane, std::move(request),
                               destination, timeout, env_->options.peer_timeout);
-  const absl::Status cancelled =
-      RecvCancelledError(key.FullKey());
-  if (const absl::Status aborted = Track(&call); !aborted.ok()) call.Abort(aborted);
   CancellationManager* const cancel = args.cancellation_manager;
   const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
-  if (cancel != nullptr &&
-      !cancel->RegisterCallback(token, [&call, &cancelled] { call.Abort(cancelled); })) {
-    call.Abort(cancelled);
-  }
-  Tensor received;
-  bool dead = false;
-  absl::Status status = call.Run(&received, &dead);
-  if (cancel != nullptr) cancel->DeregisterCallback(token);
-  Untrack(&call);
+  Hook(&call, key.FullKey(), cancel, token);
+  const absl::Status status = call.Run(value, is_dead);
+  Unhook(&call, cancel, token);
   if (absl::IsDeadlineExceeded(status)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "Recv of '", key.FullKey(), "' timed out after ", absl::FormatDuration(timeout)));
   }
-  RDV_RETURN_IF_ERROR(status);
-  if (!destination.is_host() && received.IsInitialized() && received.location() != destination) {
-    RDV_ASSIGN_OR_RETURN(received, CopyTensor(received, destination));
+  return status;
+}
+
+void RpcRemoteRendezvous::Hook(AbortableCall* call, absl::string_view key,
+                               CancellationManager* cancel, CancellationManager::Token token) {
+  if (const absl::Status aborted = Track(call); !aborted.ok()) call->Abort(aborted);
+  if (cancel != nullptr &&
+      !cancel->RegisterCallback(token, [call, key = std::string(key)] {
+        call->Abort(RecvCancelledError(key));
+      })) {
+    call->Abort(RecvCancelledError(key));
   }
-  *value = std::move(received);
-  *is_dead = dead;
-  return absl::OkStatus();
+}
+
+void RpcRemoteRendezvous::Unhook(AbortableCall* call, CancellationManager* cancel,
+                                 CancellationManager::Token token) {
+  if (cancel != nullptr) cancel->DeregisterCallback(token);
+  Untrack(call);
 }
 
 absl::Status RpcRemoteRendezvous::Track(AbortableCall* call) {

@@ -1,8 +1,9 @@
-// The rendezvous of one step on one worker, protocol `grpc`. Send is always
-// local: the value waits here until its consumer asks. A Recv whose source
-// device is on this worker is served locally (IntraProcessRendezvous); one
-// whose source is on another worker becomes a RecvTensor call to it, and
-// the payload travels in the call's response stream.
+// The rendezvous of one step on one worker, whatever the protocol. Send is
+// always local: the value waits here until its consumer asks. A Recv whose
+// source device is on this worker is served locally
+// (IntraProcessRendezvous); one whose source is on another worker becomes a
+// RecvTensor call to it (control/recv_tensor_call.h), and the payload
+// travels in the call's answer or through the data plane the answer names.
 //
 // Recv callbacks run on the threads listed in core/rendezvous.h, or on a
 // gRPC completion thread for remote Recvs.
@@ -38,7 +39,6 @@ class RpcRemoteRendezvous final : public Rendezvous,
   // Also ends this step's RecvTensor calls in flight, with `status`.
   void StartAbort(const absl::Status& status) override;
 
-
   LocalRendezvous::Pending CountPending() const { return local_.CountPending(); }
 
  private:
@@ -46,6 +46,12 @@ class RpcRemoteRendezvous final : public Rendezvous,
   // Carries the releases queued for `worker`.
   RecvTensorRequest MakeRequest(const ParsedKey& key, MemoryLocation destination,
                                 const WorkerClient& worker) const;
+  // Hooks `call` to this step's abort and to its Recv's cancellation
+  // manager (`token` registered there); Unhook undoes both, after which
+  // neither calls Abort.
+  void Hook(AbortableCall* call, absl::string_view key, CancellationManager* cancel,
+            CancellationManager::Token token);
+  void Unhook(AbortableCall* call, CancellationManager* cancel, CancellationManager::Token token);
   // The abort status when aborted (the call must then end at once).
   absl::Status Track(AbortableCall* call);
   void Untrack(AbortableCall* call);

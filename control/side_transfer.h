@@ -1,5 +1,5 @@
 // The side transfer of a RecvTensor answer, bounded by its producer's life
-// and by the call's abort (control/recv_tensor_call.h starts it).
+// and by the call's abort (control/recv_exchange.h starts it).
 #pragma once
 
 #include <cstdint>

@@ -291,13 +291,13 @@ absl::Status TensorDecoder::DecodeStrings() {
 absl::StatusOr<Tensor> TensorDecoder::Finish() {
   if (!has_meta_) return Corrupt("the stream ended before the tensor's metadata");
   if (meta_.payload_held()) return absl::InternalError("the payload is held by the producer");
-  if (meta_.is_dead()) return tensor_;
+  if (meta_.is_dead()) return std::move(tensor_);
   if (received_ != meta_.payload_bytes()) {
     return Corrupt(absl::StrCat("the stream ended after ", received_, " of ",
                                 meta_.payload_bytes(), " bytes"));
   }
   if (dtype_ == DType::kString && !tensor_.IsInitialized()) RDV_RETURN_IF_ERROR(DecodeStrings());
-  return tensor_;
+  return std::move(tensor_);
 }
 
 }  // namespace rdv::control

@@ -86,8 +86,9 @@ class TensorDecoder {
   const Tensor& tensor() const { return tensor_; }
   const TensorMeta& meta() const { return meta_; }
 
-  // The finished tensor; DATA_LOSS when the stream ended before all payload
-  // bytes arrived. A dead tensor has the dtype and shape it was sent with,
+  // Hands over the finished tensor (the decoder keeps no reference, so its
+  // memory is free once the caller lets go); DATA_LOSS when the stream ended
+  // before all payload bytes arrived. Once. A dead tensor has the dtype and shape it was sent with,
   // in zeroed host memory (uninitialized when it was sent uninitialized).
   absl::StatusOr<Tensor> Finish();
 

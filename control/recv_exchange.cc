@@ -1,0 +1,249 @@
+#include "control/recv_exchange.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "control/grpc_status.h"
+#include "core/cuda.h"
+#include "core/device_copy.h"
+
+namespace rdv::control {
+namespace {
+
+// Where the received bytes land first. In the stream: host memory, pinned
+// when the tensor then goes to a GPU (the DMA copy reads it without another
+// staging copy), the data plane's pool when there is one. Through the data
+// plane: what it picks for the destination. By CUDA IPC: the destination
+// GPU, when the request asked for it.
+TensorDecoder::Allocators DecoderAllocators(DataPlane* data_plane,
+                                            const RecvTensorRequest& request,
+                                            MemoryLocation destination) {
+  TensorDecoder::Allocators allocators;
+  if (data_plane != nullptr) {
+    allocators.stream = data_plane->allocator();
+    allocators.transport = data_plane->ReceiveAllocator(destination);
+  } else if (!destination.is_host()) {
+    if (absl::StatusOr<std::shared_ptr<Allocator>> pinned = cuda::PinnedHostAllocator(); pinned.ok()) {
+      allocators.stream = *std::move(pinned);
+    }
+  }
+  if (request.consumer_accepts_cuda_ipc()) {
+    absl::StatusOr<std::shared_ptr<Allocator>> device = cuda::DeviceAllocator(destination.device);
+    if (device.ok()) allocators.cuda_ipc = *std::move(device);
+  }
+  return allocators;
+}
+
+// Lets the producer free the buffer a finished get or CUDA IPC copy read
+// from.
+void ReleaseFetched(const WorkerClient& worker, int64_t step_id, const TensorMeta& meta) {
+  ReleasedTransfer transfer;
+  transfer.set_step_id(step_id);
+  if (meta.has_cuda_ipc()) {
+    transfer.set_cuda_ipc(true);
+    transfer.set_transfer_id(meta.cuda_ipc().transfer_id());
+    transfer.set_length(meta.cuda_ipc().length());
+  } else if (meta.has_transport() && meta.transport().op() == RDV_TRANSPORT_OP_GET) {
+    transfer.set_transfer_id(meta.transport().transfer_id());
+    transfer.set_length(meta.transport().length());
+  } else {
+    return;
+  }
+  worker.releases->Release(transfer);
+}
+
+// The abort status if the call was aborted, UNAVAILABLE naming the worker
+// if it could not be reached, else the call's own.
+absl::Status CallStatus(const WorkerClient& worker, const grpc::Status& status,
+                        const absl::Status& abort_status) {
+  if (!abort_status.ok()) return abort_status;
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return absl::UnavailableError(absl::StrCat("worker ", worker.worker_name, " at ",
+                                               worker.address,
+                                               " is unreachable or died: ", status.error_message()));
+  }
+  return FromGrpcStatus(status);
+}
+
+}  // namespace
+
+void StreamUpload::Advance(const TensorDecoder& decoder, MemoryLocation destination) {
+  if (!decided_ && decoder.has_meta()) {
+    decided_ = true;
+    const Tensor& tensor = decoder.tensor();
+    const bool in_stream_to_gpu = !destination.is_host() && !decoder.has_transport() &&
+                                  !decoder.has_cuda_ipc() && tensor.IsInitialized() &&
+                                  tensor.TotalBytes() > 0 &&
+                                  tensor.location().kind == MemoryKind::kPinnedHost;
+    if (in_stream_to_gpu) {
+      // On failure the whole copy at the end reports the error.
+      absl::StatusOr<std::unique_ptr<ChunkedUpload>> upload =
+          ChunkedUpload::Create(tensor, destination, kStagingChunkBytes);
+      if (upload.ok()) upload_ = *std::move(upload);
+    }
+  }
+  if (upload_ != nullptr) upload_->Advance(decoder.received_bytes());
+}
+
+std::shared_ptr<RecvExchange> RecvExchange::Create(std::shared_ptr<WorkerClient> worker,
+                                                   DataPlane* data_plane,
+                                                   const RecvTensorRequest& request,
+                                                   MemoryLocation destination, Done done) {
+  return std::shared_ptr<RecvExchange>(
+      new RecvExchange(std::move(worker), data_plane, request, destination, std::move(done)));
+}
+
+RecvExchange::RecvExchange(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
+                           const RecvTensorRequest& request, MemoryLocation destination,
+                           Done done)
+    : worker_(std::move(worker)),
+      data_plane_(data_plane),
+      key_(request.rendezvous_key()),
+      step_id_(request.step_id()),
+      destination_(destination),
+      done_(std::move(done)),
+      decoder_(MakeDecoder(request)) {}
+
+std::unique_ptr<TensorDecoder> RecvExchange::MakeDecoder(const RecvTensorRequest& request) const {
+  return std::make_unique<TensorDecoder>(DecoderAllocators(data_plane_, request, destination_),
+                                         worker_->max_tensor_bytes);
+}
+
+absl::Status RecvExchange::Consume(grpc::ByteBuffer* message) {
+  RDV_RETURN_IF_ERROR(decoder_->Consume(message));
+  upload_.Advance(*decoder_, destination_);
+  if (decoder_->complete() && (decoder_->has_transport() || decoder_->has_cuda_ipc())) {
+    StartSideTransfer();
+  }
+  return absl::OkStatus();
+}
+
+void RecvExchange::Refetch(const RecvTensorRequest& fetch) {
+  decoder_ = MakeDecoder(fetch);
+  upload_ = StreamUpload();
+}
+
+void RecvExchange::StartSideTransfer() {
+  {
+    std::lock_guard lock(mu_);
+    // Aborted: the call ends with it, and nothing is left to wait for.
+    if (side_started_ || !abort_status_.ok()) return;
+    side_started_ = true;
+  }
+  std::shared_ptr<SideTransfer> side = SideTransfer::Start(
+      worker_, data_plane_, *decoder_, key_, [weak = weak_from_this()](absl::Status status) {
+        if (std::shared_ptr<RecvExchange> self = weak.lock()) {
+          self->SideTransferEnded(std::move(status));
+        }
+      });
+  absl::Status aborted;
+  bool end_now = false;
+  {
+    std::lock_guard lock(mu_);
+    side_ = side;
+    aborted = abort_status_;
+    end_now = end_side_now_;
+  }
+  // Aborted meanwhile: that abort found no transfer to end.
+  if (!aborted.ok()) EndForAbort(*side, aborted, end_now);
+}
+
+void RecvExchange::EndForAbort(SideTransfer& side, const absl::Status& status, bool end_now) {
+  if (end_now) {
+    side.End(status);
+  } else {
+    // A tagged receive ends at once; a get on a live peer finishes soon, on
+    // a lost one the peer watch ends it.
+    side.Cancel();
+  }
+}
+
+void RecvExchange::Abort(const absl::Status& status) { Abort(status, /*end_now=*/false); }
+
+void RecvExchange::AbortNow(const absl::Status& status) { Abort(status, /*end_now=*/true); }
+
+void RecvExchange::Abort(const absl::Status& status, bool end_now) {
+  std::shared_ptr<SideTransfer> side;
+  absl::Status first;
+  {
+    std::lock_guard lock(mu_);
+    if (abort_status_.ok()) abort_status_ = status;
+    end_side_now_ = end_side_now_ || end_now;
+    first = abort_status_;
+    side = side_;
+  }
+  if (side != nullptr) EndForAbort(*side, first, end_now);
+}
+
+void RecvExchange::SideTransferEnded(absl::Status status) {
+  {
+    std::lock_guard lock(mu_);
+    side_ended_ = true;
+    side_status_ = std::move(status);
+    // The call's end finishes the exchange, or has (a failed call does not
+    // wait for the transfer).
+    if (!call_ended_ || finished_) return;
+    finished_ = true;
+    status = side_status_;
+  }
+  Finish(std::move(status));
+}
+
+void RecvExchange::CallEnded(const grpc::Status& grpc_status) {
+  // `done` may drop the driver's reference.
+  const std::shared_ptr<RecvExchange> self = shared_from_this();
+  absl::Status status;
+  std::shared_ptr<SideTransfer> pending;
+  {
+    std::lock_guard lock(mu_);
+    call_ended_ = true;
+    status = CallStatus(*worker_, grpc_status, abort_status_);
+    if (side_started_ && !side_ended_) pending = side_;
+    if (status.ok() && side_started_ && pending == nullptr) status = side_status_;
+    finished_ = !status.ok() || pending == nullptr;
+  }
+  if (!status.ok() && pending != nullptr) {
+    pending->Cancel();  // a tagged receive would wait for a send that failed
+  } else if (pending != nullptr) {
+    // The producer's part is done; the bytes are on their way.
+    pending->ExpectArrivalWithin(worker_->peer_timeout);
+    return;
+  }
+  Finish(std::move(status));
+}
+
+void RecvExchange::Finish(absl::Status status) {
+  if (!status.ok()) {
+    std::move(done_)(std::move(status), Tensor(), false);
+    return;
+  }
+  ReleaseFetched(*worker_, step_id_, decoder_->meta());
+  absl::StatusOr<Tensor> tensor = decoder_->Finish();
+  if (!tensor.ok()) {
+    std::move(done_)(tensor.status(), Tensor(), false);
+    return;
+  }
+  MoveToDestination(*std::move(tensor), decoder_->meta().is_dead());
+}
+
+void RecvExchange::MoveToDestination(Tensor tensor, bool is_dead) {
+  if (is_dead || destination_.is_host() || !tensor.IsInitialized() ||
+      tensor.location() == destination_) {
+    std::move(done_)(absl::OkStatus(), std::move(tensor), is_dead);
+    return;
+  }
+  auto on_device = [self = shared_from_this()](absl::StatusOr<Tensor> copied) {
+    if (copied.ok()) {
+      std::move(self->done_)(absl::OkStatus(), *std::move(copied), false);
+    } else {
+      std::move(self->done_)(copied.status(), Tensor(), false);
+    }
+  };
+  if (std::unique_ptr<ChunkedUpload> upload = upload_.Take()) {
+    upload->Finish(std::move(on_device));
+  } else {
+    CopyTensorAsync(tensor, destination_, std::move(on_device));
+  }
+}
+
+}  // namespace rdv::control
