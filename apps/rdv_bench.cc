@@ -168,13 +168,12 @@ absl::Status Bench::Connect() {
   } else {
     peer_address_ = absl::GetFlag(FLAGS_client);
   }
-  WorkerServerOptions options;
+  RDV_ASSIGN_OR_RETURN(WorkerServerOptions options, WorkerServerOptions::FromEnvironment());
   options.task = 1;
   options.protocol = protocol;
   options.listen_address = "127.0.0.1:0";
   RDV_ASSIGN_OR_RETURN(options.cluster,
                        ClusterSpec::FromFlag(absl::StrCat("worker=", peer_address_, ",127.0.0.1:1")));
-  RDV_ASSIGN_OR_RETURN(options.control, ControlOptions::FromEnvironment());
   RDV_ASSIGN_OR_RETURN(consumer_, WorkerServer::Start(options));
   grpc::ChannelArguments channel_args = PeerChannelArguments(options.control);
   channel_args.SetMaxReceiveMessageSize(-1);  // raw gRPC's reference replies hold a whole size
@@ -413,14 +412,13 @@ absl::Status WriteResults(const std::vector<Row>& rows) {
 }
 
 absl::Status ServeUntilSignal() {
-  WorkerServerOptions options;
+  RDV_ASSIGN_OR_RETURN(WorkerServerOptions options, WorkerServerOptions::FromEnvironment());
   options.task = 0;
   options.enable_driver = true;
   options.protocol = absl::GetFlag(FLAGS_protocol);
   options.listen_address = absl::GetFlag(FLAGS_listen);
   RDV_ASSIGN_OR_RETURN(options.cluster,
                        ClusterSpec::FromFlag(absl::StrCat("worker=", options.listen_address)));
-  RDV_ASSIGN_OR_RETURN(options.control, ControlOptions::FromEnvironment());
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);

@@ -111,13 +111,13 @@ void ExitIfStuckAfter(absl::Duration limit) {
 }
 
 absl::Status Run() {
-  rdv::control::WorkerServerOptions options;
+  RDV_ASSIGN_OR_RETURN(rdv::control::WorkerServerOptions options,
+                       rdv::control::WorkerServerOptions::FromEnvironment());
   options.job = absl::GetFlag(FLAGS_job);
   options.task = absl::GetFlag(FLAGS_task);
   options.enable_driver = absl::GetFlag(FLAGS_enable_driver);
   options.protocol = absl::GetFlag(FLAGS_protocol);
   RDV_ASSIGN_OR_RETURN(options.cluster, ReadCluster());
-  RDV_ASSIGN_OR_RETURN(options.control, rdv::control::ControlOptions::FromEnvironment());
   RDV_ASSIGN_OR_RETURN(options.control.security, ReadSecurity(options.control.security));
   options.listen_address = absl::GetFlag(FLAGS_listen);
   if (options.listen_address.empty()) {

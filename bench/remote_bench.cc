@@ -45,11 +45,10 @@ Peers* peers = nullptr;
 
 absl::Status StartPeers() {
   peers = new Peers;
-  WorkerServerOptions options;
+  RDV_ASSIGN_OR_RETURN(WorkerServerOptions options, WorkerServerOptions::FromEnvironment());
   options.task = 1;
   RDV_ASSIGN_OR_RETURN(options.cluster,
                        ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1,127.0.0.1:1"));
-  RDV_ASSIGN_OR_RETURN(options.control, ControlOptions::FromEnvironment());
   RDV_ASSIGN_OR_RETURN(peers->consumer, WorkerServer::Start(options));
   options.task = 2;
   options.protocol = "grpc+ucx";

@@ -1,36 +1,27 @@
 #include "control/data_plane.h"
 
-#include <cstdlib>
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "core/cuda.h"
+#include "core/environment.h"
 #include "core/logging.h"
 
 namespace rdv::control {
-namespace {
-
-absl::Status ReadBytes(const char* name, size_t* value) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return absl::OkStatus();
-  uint64_t parsed = 0;
-  if (!absl::SimpleAtoi(text, &parsed)) {
-    return absl::InvalidArgumentError(absl::StrCat(name, "='", text, "': expected a byte count"));
-  }
-  *value = parsed;
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<DataPlaneOptions> DataPlaneOptions::FromEnvironment() {
   DataPlaneOptions options;
-  RDV_RETURN_IF_ERROR(ReadBytes("RDV_INLINE_BYTES", &options.inline_bytes));
-  RDV_RETURN_IF_ERROR(ReadBytes("RDV_POOL_CACHE_BYTES", &options.pool_cache_bytes));
-  RDV_RETURN_IF_ERROR(ReadBytes("RDV_REGISTRATION_CACHE_BYTES", &options.registration_cache_bytes));
+  for (auto [name, bytes] : {std::pair{"RDV_INLINE_BYTES", &options.inline_bytes},
+                             std::pair{"RDV_POOL_CACHE_BYTES", &options.pool_cache_bytes},
+                             std::pair{"RDV_REGISTRATION_CACHE_BYTES",
+                                       &options.registration_cache_bytes}}) {
+    uint64_t value = *bytes;
+    RDV_RETURN_IF_ERROR(env::ReadBytes(name, SIZE_MAX, &value));
+    *bytes = static_cast<size_t>(value);
+  }
   RDV_LOG(Debug) << "RDV_INLINE_BYTES=" << options.inline_bytes
                  << " RDV_POOL_CACHE_BYTES=" << options.pool_cache_bytes
                  << " RDV_REGISTRATION_CACHE_BYTES=" << options.registration_cache_bytes;

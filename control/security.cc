@@ -1,6 +1,5 @@
 #include "control/security.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -12,13 +11,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "core/environment.h"
 
 namespace rdv::control {
 namespace {
 
 std::string Variable(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? "" : value;
+  std::string value;
+  env::ReadText(name, &value);
+  return value;
 }
 
 absl::StatusOr<std::string> ReadSecret(const std::string& path, absl::string_view what) {

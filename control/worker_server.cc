@@ -173,8 +173,7 @@ absl::Status WorkerServer::Impl::Start() {
                                     absl::StrCat("worker ", env_.worker_name)));
   RDV_RETURN_IF_ERROR(cuda::CheckSettings());
   if (options_.protocol != kProtocolGrpc) {
-    RDV_ASSIGN_OR_RETURN(DataPlaneOptions plane_options, DataPlaneOptions::FromEnvironment());
-    RDV_ASSIGN_OR_RETURN(data_plane_, DataPlane::Create(options_.protocol, plane_options));
+    RDV_ASSIGN_OR_RETURN(data_plane_, DataPlane::Create(options_.protocol, options_.data_plane));
     env_.data_plane = data_plane_.get();
   }
   grpc::ServerBuilder builder;
@@ -211,6 +210,13 @@ void WorkerServer::Impl::Shutdown() {
   // Before the worker cache goes: what is held keeps leases on its clients.
   tensors_.DropAllHeld();
   steps_.WaitForForwards();
+}
+
+absl::StatusOr<WorkerServerOptions> WorkerServerOptions::FromEnvironment() {
+  WorkerServerOptions options;
+  RDV_ASSIGN_OR_RETURN(options.control, ControlOptions::FromEnvironment());
+  RDV_ASSIGN_OR_RETURN(options.data_plane, DataPlaneOptions::FromEnvironment());
+  return options;
 }
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOptions options) {

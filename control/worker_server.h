@@ -14,12 +14,15 @@
 #include <string>
 
 #include "control/cluster.h"
+#include "control/data_plane.h"
 #include "control/options.h"
 #include "control/rendezvous_mgr.h"
 #include "control/worker_env.h"
 
 namespace rdv::control {
 
+// A default-constructed WorkerServerOptions reads no environment: start
+// from FromEnvironment() to honour the RDV_* variables, as rdv-worker does.
 struct WorkerServerOptions {
   std::string job = "worker";
   int task = 0;
@@ -33,6 +36,13 @@ struct WorkerServerOptions {
   std::string protocol = "grpc";
   // Serve DriverService: lets tests and benchmarks make this worker Send.
   bool enable_driver = false;
+  // The data plane's settings (protocols other than grpc).
+  DataPlaneOptions data_plane;
+
+  // The defaults, with `control` and `data_plane` from the environment
+  // (docs/configuration.md); INVALID_ARGUMENT naming a variable that does
+  // not parse.
+  static absl::StatusOr<WorkerServerOptions> FromEnvironment();
 };
 
 class WorkerServer {

@@ -1,29 +1,22 @@
 #include "core/cuda_settings.h"
 
-#include <cstdlib>
+#include <cstdint>
+#include <string>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
+#include "core/environment.h"
 
 namespace rdv::cuda {
 
 absl::StatusOr<bool> IpcSetting() {
-  const char* text = std::getenv("RDV_CUDA_IPC");
-  const absl::string_view value = text != nullptr ? text : "";
-  if (value.empty() || value == "1") return true;
-  if (value == "0") return false;
-  return absl::InvalidArgumentError(absl::StrCat("RDV_CUDA_IPC='", value, "': expected 0 or 1"));
+  std::string value = "1";
+  RDV_RETURN_IF_ERROR(env::ReadChoice("RDV_CUDA_IPC", {"0", "1"}, &value));
+  return value == "1";
 }
 
 absl::StatusOr<size_t> CacheBytesSetting() {
-  const char* text = std::getenv("RDV_CUDA_CACHE_BYTES");
-  size_t bytes = size_t{1} << 30;
-  if (text != nullptr && *text != '\0' && !absl::SimpleAtoi(text, &bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RDV_CUDA_CACHE_BYTES='", text, "': expected a byte count"));
-  }
-  return bytes;
+  uint64_t bytes = uint64_t{1} << 30;
+  RDV_RETURN_IF_ERROR(env::ReadBytes("RDV_CUDA_CACHE_BYTES", SIZE_MAX, &bytes));
+  return static_cast<size_t>(bytes);
 }
 
 absl::Status CheckSettings() {

@@ -1,0 +1,214 @@
+// The UCX plugin's shared state: a context (one UCP context and worker and
+// its progress thread), endpoints, posted operations and mapped memory, and
+// what each part of the plugin offers the others. The parts:
+// ucx_settings.cc (the environment), ucx_endpoints.cc (connect, disconnect,
+// abort), ucx_transfers.cc (get, put, tagged send and receive, and their
+// completions) and ucx_transport.cc (init, progress, memory, the ABI
+// table).
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "plugin/rdv_transport.h"
+
+namespace rdv::ucx_plugin {
+
+// The RDV_TRANSPORT_* code for a UCX status.
+int CodeOf(ucs_status_t status);
+// Sets `error` to "UCX <what>: <status>"; returns the code.
+int UcxError(rdv_transport_error_t* error, ucs_status_t status, const char* what);
+
+struct Context;
+struct Endpoint;
+struct Operation;
+
+// An endpoint's close in flight. A graceful close (disconnect) owns its
+// endpoint and frees it when done; an abort's endpoint lives on until
+// disconnect.
+struct Close {
+  Context* context = nullptr;
+  Endpoint* owned = nullptr;
+  void* request = nullptr;  // null until ucp_ep_close_nbx has returned it
+};
+
+struct Context {
+  ucp_context_h ucp = nullptr;
+  ucp_worker_h worker = nullptr;
+  int event_fd = -1;
+  bool busy_poll = false;
+  std::atomic<bool> stop{false};
+  std::thread progress;
+  rdv_transport_log_fn log = nullptr;
+  void* log_user = nullptr;
+  int log_level = 1;
+  uint32_t preferred_op = RDV_TRANSPORT_OP_GET;
+  bool cuda_memory = false;  // this UCX build has a CUDA memory domain
+  std::string description;
+  // Closes still in flight.
+  std::mutex closing_mu;
+  std::condition_variable closed;
+  std::unordered_map<Close*, void*> closing;  // closing_mu; Close -> its request
+  // Tagged receives no send has completed yet, by tag, for cancel_recv.
+  // Recursive: UCX may complete a receive inside ucp_tag_recv_nbx or
+  // ucp_request_cancel, on the thread that holds it.
+  std::recursive_mutex recvs_mu;
+  std::unordered_map<uint64_t, Operation*> recvs;  // recvs_mu
+  // Work for the progress thread: cancels and forced closes complete
+  // operations inline, and callbacks run on the progress thread only.
+  std::mutex tasks_mu;
+  std::vector<std::function<void()>> tasks;  // tasks_mu
+  std::atomic<bool> has_tasks{false};
+  // Operations an abort completed while UCX still held them (progress
+  // thread only): freed when UCX lets go, or at finalize.
+  std::unordered_set<Operation*> orphans;
+
+  void Log(int level, const std::string& message) const {
+    if (log != nullptr && level <= log_level) log(log_user, level, message.c_str());
+  }
+  // Wakes the progress thread to pick up newly posted work.
+  void Wake() const {
+    if (!busy_poll) ucp_worker_signal(worker);
+  }
+  void RunOnProgressThread(std::function<void()> task) {
+    {
+      std::lock_guard lock(tasks_mu);
+      tasks.push_back(std::move(task));
+      has_tasks.store(true, std::memory_order_release);
+    }
+    ucp_worker_signal(worker);
+  }
+  void RunTasks() {
+    if (!has_tasks.load(std::memory_order_acquire)) return;
+    std::vector<std::function<void()>> taken;
+    {
+      std::lock_guard lock(tasks_mu);
+      taken.swap(tasks);
+      has_tasks.store(false, std::memory_order_relaxed);
+    }
+    for (auto& task : taken) task();
+  }
+};
+
+// Unpacked remote keys of one endpoint, kept: unpacking a shared-memory key
+// attaches the peer's segment, and attaching it anew for every transfer
+// costs a page fault per page. Bounded; the oldest key goes first.
+class RemoteKeyCache {
+ public:
+  static constexpr size_t kCapacity = 256;
+
+  ~RemoteKeyCache() { Clear(); }
+
+  // Before the endpoint closes: keys belong to it.
+  void Clear() {
+    std::lock_guard lock(mu_);
+    for (auto& [bytes, rkey] : keys_) ucp_rkey_destroy(rkey);
+    keys_.clear();
+    order_.clear();
+  }
+
+  ucs_status_t Get(ucp_ep_h ep, const void* key, size_t length, ucp_rkey_h* rkey) {
+    std::lock_guard lock(mu_);
+    std::string bytes(static_cast<const char*>(key), length);
+    if (auto it = keys_.find(bytes); it != keys_.end()) {
+      *rkey = it->second;
+      return UCS_OK;
+    }
+    const ucs_status_t status = ucp_ep_rkey_unpack(ep, key, rkey);
+    if (status != UCS_OK) return status;
+    if (order_.size() == kCapacity) {
+      // In-flight operations on the evicted key completed long ago: a key is
+      // only replaced after kCapacity newer ones.
+      ucp_rkey_destroy(keys_[order_.front()]);
+      keys_.erase(order_.front());
+      order_.pop_front();
+    }
+    order_.push_back(bytes);
+    keys_.emplace(std::move(bytes), *rkey);
+    return UCS_OK;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, ucp_rkey_h> keys_;
+  std::deque<std::string> order_;
+};
+
+struct Endpoint {
+  Context* context = nullptr;
+  // Posts hold use_mu while they use ep; abort takes it away (null after).
+  // Recursive: UCX may complete an operation inside its post.
+  std::recursive_mutex use_mu;
+  ucp_ep_h ep = nullptr;
+  // Never held across a call into UCX: completions take it inside UCX's
+  // worker lock, which a post holding use_mu may be waiting for.
+  std::mutex in_flight_mu;
+  std::unordered_set<Operation*> in_flight;  // in_flight_mu: its posted operations
+  std::atomic<ucs_status_t> failure{UCS_OK};
+  RemoteKeyCache keys;
+  // Reached through shared-memory transports only: their puts are in the
+  // peer's memory when they complete (and a flush on them never completes
+  // in UCX 1.13).
+  bool shared_memory_only = false;
+};
+
+struct Memory {
+  Context* context = nullptr;
+  ucp_mem_h memh = nullptr;
+  void* mapped = nullptr;  // what MemAlloc mapped, unmapped after the registration
+  size_t mapped_length = 0;
+};
+
+// One posted operation, freed when its callback has run.
+struct Operation {
+  rdv_transport_completion_fn done;
+  void* user;
+  Context* context = nullptr;
+  Endpoint* endpoint = nullptr;    // a get, put or send: tracked there until it ends
+  bool orphaned = false;           // completed by an abort; UCX has not let go yet
+  ucp_ep_h flush_after = nullptr;  // a put: flushed once locally complete
+  Context* receiver = nullptr;     // a receive: its context, which tracks it
+  uint64_t tag = 0;                // a receive: its tag
+  void* request = nullptr;         // a receive: set once posted, under recvs_mu
+};
+
+inline Context* ContextOf(rdv_transport_context_t handle) {
+  return reinterpret_cast<Context*>(handle);
+}
+
+// ucx_endpoints.cc: the ABI's connect, disconnect and abort.
+int Connect(rdv_transport_context_t handle, const void* sealed_address, size_t length,
+            rdv_transport_endpoint_t* out, rdv_transport_error_t* error);
+void Disconnect(rdv_transport_endpoint_t handle);
+void Abort(rdv_transport_endpoint_t handle);
+
+// ucx_transfers.cc: the ABI's posts and cancel_recv.
+int PostGet(rdv_transport_endpoint_t endpoint, void* local, rdv_transport_memory_t,
+            uint64_t remote_address, const void* remote_key, size_t remote_key_length,
+            size_t length, rdv_transport_completion_fn done, void* user,
+            rdv_transport_error_t* error);
+int PostPut(rdv_transport_endpoint_t endpoint, const void* local, rdv_transport_memory_t,
+            uint64_t remote_address, const void* remote_key, size_t remote_key_length,
+            size_t length, rdv_transport_completion_fn done, void* user,
+            rdv_transport_error_t* error);
+int PostSend(rdv_transport_endpoint_t handle, const void* local, rdv_transport_memory_t,
+             size_t length, uint64_t tag, rdv_transport_completion_fn done, void* user,
+             rdv_transport_error_t* error);
+int PostRecv(rdv_transport_context_t handle, void* local, rdv_transport_memory_t, size_t length,
+             uint64_t tag, rdv_transport_completion_fn done, void* user,
+             rdv_transport_error_t* error);
+int CancelRecv(rdv_transport_context_t handle, uint64_t tag, rdv_transport_error_t* error);
+
+}  // namespace rdv::ucx_plugin

@@ -1,0 +1,253 @@
+// Transfers: get, put (flushed before it completes), tagged send and
+// receive, and their completions, which run on the progress thread.
+#include "ucx/ucx_context.h"
+
+#include <string>
+#include <utility>
+
+#include "plugin/plugin_support.h"
+
+namespace rdv::ucx_plugin {
+
+using plugin_support::SetError;
+using plugin_support::Unseal;
+
+namespace {
+
+// False for an operation an abort already completed: UCX let go of it at
+// last, and it is freed here.
+bool Untrack(Operation* op) {
+  if (op->orphaned) {
+    op->context->orphans.erase(op);
+    delete op;
+    return false;
+  }
+  if (op->endpoint != nullptr) {
+    std::lock_guard lock(op->endpoint->in_flight_mu);
+    op->endpoint->in_flight.erase(op);
+  }
+  return true;
+}
+
+void Complete(Operation* op, ucs_status_t status) {
+  if (!Untrack(op)) return;
+  if (status == UCS_OK) {
+    op->done(op->user, RDV_TRANSPORT_OK, nullptr);
+  } else {
+    const std::string message = std::string("UCX transfer failed: ") + ucs_status_string(status);
+    op->done(op->user, CodeOf(status), message.c_str());
+  }
+  delete op;
+}
+
+void OnSendDone(void* request, ucs_status_t status, void* user) {
+  Complete(static_cast<Operation*>(user), status);
+  ucp_request_free(request);
+}
+
+// A put's completion only frees the local buffer; the flush after it
+// completes once the bytes are in the peer's memory.
+void OnPutDone(void* request, ucs_status_t status, void* user) {
+  ucp_request_free(request);
+  auto* op = static_cast<Operation*>(user);
+  if (status != UCS_OK || op->orphaned) {
+    Complete(op, status);
+    return;
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.send = OnSendDone;
+  param.user_data = op;
+  const ucs_status_ptr_t flush = ucp_ep_flush_nbx(op->flush_after, &param);
+  if (UCS_PTR_IS_ERR(flush)) Complete(op, UCS_PTR_STATUS(flush));
+}
+
+void OnRecvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user) {
+  auto* op = static_cast<Operation*>(user);
+  {
+    // Out of cancel_recv's reach before the request goes.
+    std::lock_guard lock(op->receiver->recvs_mu);
+    if (auto it = op->receiver->recvs.find(op->tag);
+        it != op->receiver->recvs.end() && it->second == op) {
+      op->receiver->recvs.erase(it);
+    }
+  }
+  Complete(op, status);
+  ucp_request_free(request);
+}
+
+int Aborted(rdv_transport_error_t* error) {
+  return SetError(error, RDV_TRANSPORT_UNAVAILABLE,
+                  "the UCX endpoint was aborted: its peer was lost");
+}
+
+// Posts through `start`, which returns UCX's request; the operation always
+// completes through the callback (no immediate completion).
+template <typename Start>
+int Post(Endpoint* endpoint, Context* context, Operation* op, Start start,
+         rdv_transport_error_t* error, const char* what) {
+  if (endpoint != nullptr) {
+    const ucs_status_t failure = endpoint->failure.load(std::memory_order_acquire);
+    if (failure != UCS_OK) {
+      delete op;
+      return SetError(error, RDV_TRANSPORT_UNAVAILABLE, "UCX endpoint failed earlier: %s",
+                      ucs_status_string(failure));
+    }
+  }
+  // Tracked before it starts: it may complete at once on the progress
+  // thread. The caller holds endpoint->use_mu.
+  op->context = context;
+  if (endpoint != nullptr) {
+    op->endpoint = endpoint;
+    std::lock_guard lock(endpoint->in_flight_mu);
+    endpoint->in_flight.insert(op);
+  }
+  const ucs_status_ptr_t request = start();
+  if (UCS_PTR_IS_ERR(request)) {
+    if (endpoint != nullptr) {
+      std::lock_guard lock(endpoint->in_flight_mu);
+      endpoint->in_flight.erase(op);
+    }
+    delete op;
+    return UcxError(error, UCS_PTR_STATUS(request), what);
+  }
+  context->Wake();
+  return RDV_TRANSPORT_OK;
+}
+
+ucp_request_param_t SendParam(Operation* op) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.send = OnSendDone;
+  param.user_data = op;
+  return param;
+}
+
+template <bool kGet>
+int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_address,
+            const void* remote_key, size_t remote_key_length, size_t length,
+            rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error) {
+  auto* endpoint = reinterpret_cast<Endpoint*>(handle);
+  size_t key_length = 0;
+  const void* key = Unseal(remote_key, remote_key_length, &key_length);
+  if (key == nullptr) {
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                    "the peer's memory descriptor is not a UCX key packed by rdv (%zu bytes, "
+                    "truncated or corrupted)", remote_key_length);
+  }
+  std::lock_guard lock(endpoint->use_mu);
+  if (endpoint->ep == nullptr) return Aborted(error);
+  ucp_rkey_h rkey = nullptr;
+  const ucs_status_t unpacked = endpoint->keys.Get(endpoint->ep, key, key_length, &rkey);
+  if (unpacked != UCS_OK) {
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                    "the peer's memory descriptor does not unpack: %s",
+                    ucs_status_string(unpacked));
+  }
+  auto* op = new Operation{done, user};
+  return Post(endpoint, endpoint->context, op, [&] {
+    ucp_request_param_t param = SendParam(op);
+    if (kGet) return ucp_get_nbx(endpoint->ep, local, length, remote_address, rkey, &param);
+    if (!endpoint->shared_memory_only) {
+      op->flush_after = endpoint->ep;
+      param.cb.send = OnPutDone;
+    }
+    return ucp_put_nbx(endpoint->ep, local, length, remote_address, rkey, &param);
+  }, error, kGet ? "ucp_get_nbx" : "ucp_put_nbx");
+}
+
+}  // namespace
+
+int PostGet(rdv_transport_endpoint_t endpoint, void* local, rdv_transport_memory_t,
+            uint64_t remote_address, const void* remote_key, size_t remote_key_length,
+            size_t length, rdv_transport_completion_fn done, void* user,
+            rdv_transport_error_t* error) {
+  return PostRma<true>(endpoint, local, remote_address, remote_key, remote_key_length, length,
+                       done, user, error);
+}
+
+int PostPut(rdv_transport_endpoint_t endpoint, const void* local, rdv_transport_memory_t,
+            uint64_t remote_address, const void* remote_key, size_t remote_key_length,
+            size_t length, rdv_transport_completion_fn done, void* user,
+            rdv_transport_error_t* error) {
+  return PostRma<false>(endpoint, const_cast<void*>(local), remote_address, remote_key,
+                        remote_key_length, length, done, user, error);
+}
+
+int PostSend(rdv_transport_endpoint_t handle, const void* local, rdv_transport_memory_t,
+             size_t length, uint64_t tag, rdv_transport_completion_fn done, void* user,
+             rdv_transport_error_t* error) {
+  auto* endpoint = reinterpret_cast<Endpoint*>(handle);
+  std::lock_guard lock(endpoint->use_mu);
+  if (endpoint->ep == nullptr) return Aborted(error);
+  auto* op = new Operation{done, user};
+  return Post(endpoint, endpoint->context, op, [&] {
+    const ucp_request_param_t param = SendParam(op);
+    return ucp_tag_send_nbx(endpoint->ep, local, length, tag, &param);
+  }, error, "ucp_tag_send_nbx");
+}
+
+int PostRecv(rdv_transport_context_t handle, void* local, rdv_transport_memory_t, size_t length,
+             uint64_t tag, rdv_transport_completion_fn done, void* user,
+             rdv_transport_error_t* error) {
+  Context* context = ContextOf(handle);
+  auto* op = new Operation{done, user};
+  op->receiver = context;
+  op->tag = tag;
+  // Tracked before it is posted: UCX may complete it inside the post (a
+  // send already arrived), which then finds and drops the entry.
+  std::lock_guard lock(context->recvs_mu);
+  context->recvs.insert_or_assign(tag, op);
+  void* posted = nullptr;
+  const int code = Post(nullptr, context, op, [&] {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = OnRecvDone;
+    param.user_data = op;
+    const ucs_status_ptr_t request =
+        ucp_tag_recv_nbx(context->worker, local, length, tag, ~uint64_t{0}, &param);
+    posted = request;
+    return request;
+  }, error, "ucp_tag_recv_nbx");
+  auto it = context->recvs.find(tag);
+  if (code != RDV_TRANSPORT_OK) {
+    if (it != context->recvs.end() && it->second == op) context->recvs.erase(it);
+    return code;
+  }
+  if (it != context->recvs.end() && it->second == op) op->request = posted;
+  return code;
+}
+
+namespace {
+
+// On the progress thread, where the cancelled receive's callback then
+// runs; under recvs_mu, which also stands between a completion and the
+// request's release: the request is still UCX's when cancelled.
+void CancelWaitingRecv(Context* context, uint64_t tag) {
+  std::lock_guard lock(context->recvs_mu);
+  auto it = context->recvs.find(tag);
+  if (it != context->recvs.end() && it->second->request != nullptr) {
+    ucp_request_cancel(context->worker, it->second->request);
+  }
+}
+
+}  // namespace
+
+int CancelRecv(rdv_transport_context_t handle, uint64_t tag, rdv_transport_error_t* error) {
+  Context* context = ContextOf(handle);
+  {
+    std::lock_guard lock(context->recvs_mu);
+    auto it = context->recvs.find(tag);
+    if (it == context->recvs.end() || it->second->request == nullptr) {
+      return SetError(error, RDV_TRANSPORT_NOT_FOUND, "no tagged receive waits under tag %llu",
+                      static_cast<unsigned long long>(tag));
+    }
+  }
+  context->RunOnProgressThread([context, tag] { CancelWaitingRecv(context, tag); });
+  return RDV_TRANSPORT_OK;
+}
+
+}  // namespace rdv::ucx_plugin

@@ -1,0 +1,232 @@
+// Transfers and progress: posting work requests within the QP's credits,
+// completions, and the progress thread that runs every callback.
+#include "verbs/verbs_context.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "plugin/plugin_support.h"
+
+namespace rdv::verbs {
+
+using plugin_support::SetError;
+
+namespace {
+
+const char* CompletionCodeName(int code) {
+  return code == RDV_TRANSPORT_CANCELLED ? "cancelled" : "failed";
+}
+
+int CodeOfCompletion(ibv_wc_status status, bool closing) {
+  switch (status) {
+    case IBV_WC_WR_FLUSH_ERR:
+      return closing ? RDV_TRANSPORT_CANCELLED : RDV_TRANSPORT_UNAVAILABLE;
+    case IBV_WC_RETRY_EXC_ERR:
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return RDV_TRANSPORT_UNAVAILABLE;
+    case IBV_WC_REM_ACCESS_ERR:
+    case IBV_WC_LOC_PROT_ERR:
+    case IBV_WC_REM_INV_REQ_ERR:
+      return RDV_TRANSPORT_INVALID_ARGUMENT;
+    default:
+      return RDV_TRANSPORT_INTERNAL;
+  }
+}
+
+void Fail(Operation* op, int code, std::string message) {
+  if (op->code != RDV_TRANSPORT_OK) return;
+  op->code = code;
+  op->message = std::move(message);
+}
+
+}  // namespace
+
+// Posts what the QP has room for; returns operations that are over.
+// Caller holds endpoint->mu.
+void PumpLocked(Endpoint* endpoint, std::vector<Operation*>* over) {
+  const size_t chunk = endpoint->context->settings.chunk_bytes;
+  while (!endpoint->waiting.empty() && (endpoint->credits > 0 || !endpoint->broken.empty())) {
+    Operation* op = endpoint->waiting.front();
+    if (!endpoint->broken.empty()) {
+      Fail(op, endpoint->cancelling() ? RDV_TRANSPORT_CANCELLED : RDV_TRANSPORT_UNAVAILABLE,
+           "verbs: the queue pair is out of service: " + endpoint->broken);
+    } else {
+      const size_t length = std::min(chunk, op->length - op->posted);
+      ibv_sge sge{reinterpret_cast<uint64_t>(op->local + op->posted),
+                  static_cast<uint32_t>(length), op->lkey};
+      ibv_send_wr wr{};
+      ibv_send_wr* bad = nullptr;
+      wr.wr_id = reinterpret_cast<uint64_t>(op);
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.opcode = op->opcode;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.wr.rdma.remote_addr = op->remote + op->posted;
+      wr.wr.rdma.rkey = op->rkey;
+      if (int err = ibv_post_send(endpoint->qp, &wr, &bad)) {
+        endpoint->broken = std::string("ibv_post_send: ") + std::strerror(err);
+        Fail(op, RDV_TRANSPORT_UNAVAILABLE, "verbs: " + endpoint->broken);
+      } else {
+        op->posted += length;
+        ++op->outstanding;
+        --endpoint->credits;
+      }
+    }
+    if (op->posted == op->length || op->code != RDV_TRANSPORT_OK) {
+      endpoint->waiting.pop_front();
+      op->queued = false;
+      if (op->outstanding == 0) over->push_back(op);
+    }
+  }
+}
+
+void DestroyEndpoint(Endpoint* endpoint) {
+  Context* context = endpoint->context;
+  ibv_destroy_qp(endpoint->qp);
+  if (endpoint->socket >= 0) close(endpoint->socket);
+  delete endpoint;
+  std::lock_guard lock(context->endpoints_mu);
+  if (--context->live_endpoints == 0) context->endpoints_gone.notify_all();
+}
+
+bool IdleAndClosing(Endpoint* endpoint) {
+  return endpoint->closing && endpoint->waiting.empty() &&
+         endpoint->credits == endpoint->context->settings.queue_depth;
+}
+
+namespace {
+
+void CompleteAll(const std::vector<Operation*>& over) {
+  for (Operation* op : over) {
+    op->done(op->user, op->code, op->code == RDV_TRANSPORT_OK ? nullptr : op->message.c_str());
+    delete op;
+  }
+}
+
+// A peer whose process dies loses its memory registrations and its queue
+// pair at about the same time: a transfer in flight then fails with a
+// remote access error, not a retry error. The dead process' connection
+// socket closes with them, which tells the two apart; this waits briefly
+// for that close (only on this error path).
+bool PeerWentAway(int socket) {
+  if (socket < 0) return false;
+  pollfd ready{socket, POLLIN | POLLRDHUP, 0};
+  if (poll(&ready, 1, kPeerCloseWaitMs) != 1) return false;
+  char byte;
+  return recv(socket, &byte, 1, MSG_PEEK | MSG_DONTWAIT) <= 0;  // the peer never sends more
+}
+
+std::string CompletionMessage(const Operation& op, const ibv_wc& wc, int code, bool peer_gone) {
+  const char* why = peer_gone ? " (the peer went away: its connection closed)"
+                    : wc.status == IBV_WC_REM_ACCESS_ERR
+                        ? " (the remote key or address does not cover the peer's memory)"
+                    : wc.status == IBV_WC_RETRY_EXC_ERR ? " (the peer stopped answering)"
+                                                        : "";
+  return std::string("verbs: RDMA ") + (op.opcode == IBV_WR_RDMA_READ ? "READ" : "WRITE") + " " +
+         CompletionCodeName(code) + ": " + ibv_wc_status_str(wc.status) + why;
+}
+
+void OnCompletion(const ibv_wc& wc) {
+  auto* op = reinterpret_cast<Operation*>(wc.wr_id);
+  Endpoint* endpoint = op->endpoint;
+  // Before the endpoint's lock: it may wait.
+  const bool peer_gone =
+      (wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_REM_INV_REQ_ERR) &&
+      PeerWentAway(endpoint->socket);
+  std::vector<Operation*> over;
+  bool destroy = false;
+  {
+    std::lock_guard lock(endpoint->mu);
+    ++endpoint->credits;
+    --op->outstanding;
+    if (wc.status != IBV_WC_SUCCESS) {
+      const bool first = endpoint->broken.empty();
+      if (first) {
+        endpoint->broken = std::string(ibv_wc_status_str(wc.status)) + " (vendor error " +
+                           std::to_string(wc.vendor_err) + ")";
+      }
+      const int code = peer_gone ? RDV_TRANSPORT_UNAVAILABLE
+                                 : CodeOfCompletion(wc.status, endpoint->cancelling());
+      Fail(op, code, CompletionMessage(*op, wc, code, peer_gone));
+    }
+    if (!op->queued && op->outstanding == 0) over.push_back(op);
+    PumpLocked(endpoint, &over);
+    destroy = IdleAndClosing(endpoint);
+  }
+  CompleteAll(over);
+  if (destroy) DestroyEndpoint(endpoint);
+}
+
+}  // namespace
+
+// Hands operations that ended outside the progress thread to it: callbacks
+// run there and nowhere else.
+void Defer(Context* context, const std::vector<Operation*>& over) {
+  if (over.empty()) return;
+  {
+    std::lock_guard lock(context->deferred_mu);
+    context->deferred.insert(context->deferred.end(), over.begin(), over.end());
+    context->has_deferred = true;
+  }
+  const uint64_t one = 1;
+  (void)!write(context->kick, &one, sizeof(one));
+}
+
+namespace {
+
+void RunDeferred(Context* context) {
+  if (!context->has_deferred.load()) return;
+  uint64_t count;
+  (void)!read(context->kick, &count, sizeof(count));
+  std::vector<Operation*> over;
+  {
+    std::lock_guard lock(context->deferred_mu);
+    over.swap(context->deferred);
+    context->has_deferred = false;
+  }
+  CompleteAll(over);
+}
+
+void DrainCq(Context* context) {
+  ibv_wc completions[32];
+  int count;
+  while ((count = ibv_poll_cq(context->cq, 32, completions)) > 0) {
+    for (int i = 0; i < count; ++i) OnCompletion(completions[i]);
+  }
+}
+
+}  // namespace
+
+void ProgressLoop(Context* context) {
+  if (context->settings.busy_poll) {
+    while (!context->stop.load(std::memory_order_relaxed)) {
+      DrainCq(context);
+      RunDeferred(context);
+    }
+    return;
+  }
+  ibv_req_notify_cq(context->cq, 0);
+  while (!context->stop.load()) {
+    pollfd fds[3] = {{context->channel->fd, POLLIN, 0},
+                     {context->wake, POLLIN, 0},
+                     {context->kick, POLLIN, 0}};
+    if (poll(fds, 3, -1) < 0) continue;
+    if (fds[1].revents != 0) break;
+    if (fds[2].revents != 0) RunDeferred(context);
+    if (fds[0].revents == 0) continue;
+    ibv_cq* cq = nullptr;
+    void* cq_context = nullptr;
+    if (ibv_get_cq_event(context->channel, &cq, &cq_context) != 0) continue;
+    ibv_ack_cq_events(cq, 1);
+    // Re-arm before draining, so a completion that lands in between wakes
+    // the next poll instead of waiting for the one after it.
+    ibv_req_notify_cq(cq, 0);
+    DrainCq(context);
+  }
+}
+
+}  // namespace rdv::verbs
