@@ -1,20 +1,17 @@
-// The loader against real and deliberately broken plugins, and the
-// registration cache and pool against the real UCX transport; the
-// conformance cases run against every transport plugin.
+// The loader against real and deliberately broken plugins; the conformance
+// cases (the ABI's contract) run against every transport plugin.
 #include "plugin/transport.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "core/caching_allocator.h"
 #include "core/notification.h"
-#include "plugin/registration_cache.h"
-#include "plugin/transport_allocator.h"
 
 namespace rdv::plugin {
 namespace {
@@ -253,6 +250,114 @@ TEST_P(TransportConformanceTest, CancelledRecvEndsWithCancelled) {
   EXPECT_EQ(a->CancelRecv(8).code(), absl::StatusCode::kNotFound);
 }
 
+// A completion: how often it ran, with what, and on which thread.
+struct Completion {
+  Notification done;
+  std::atomic<int> calls{0};
+  absl::Status status;
+  std::thread::id thread;
+
+  TransportDone Callback() {
+    return [this](absl::Status s) {
+      status = s;
+      thread = std::this_thread::get_id();
+      if (calls.fetch_add(1) == 0) done.Notify();
+    };
+  }
+  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(30)); }
+};
+
+// The ABI's threading contract: a posted operation completes on the
+// plugin's progress thread, never on the thread that posted it; an
+// operation the plugin refuses (an error return) gets no callback from the
+// plugin, so the caller's one report of it is the only one.
+TEST_P(TransportConformanceTest, CallbacksRunOnTheProgressThreadAndARefusalHasNone) {
+  RDV_LOAD_OR_SKIP(a, GetParam());
+  RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true);
+  const size_t length = 4096;
+  auto source = a->Allocate(length);
+  auto destination = b->Allocate(length);
+  auto endpoint = b->Connect(*a->LocalAddress());
+  ASSERT_TRUE(source.ok() && destination.ok() && endpoint.ok());
+  Completion posted;
+  b->Get(**endpoint, (*destination)->address(), **destination,
+         reinterpret_cast<uint64_t>((*source)->address()), (*source)->remote_key(), length,
+         posted.Callback());
+  ASSERT_TRUE(posted.Wait());
+  ASSERT_TRUE(posted.status.ok()) << posted.status;
+  EXPECT_NE(posted.thread, std::this_thread::get_id());
+
+  (*endpoint)->Abort();
+  Completion refused;
+  b->Get(**endpoint, (*destination)->address(), **destination,
+         reinterpret_cast<uint64_t>((*source)->address()), (*source)->remote_key(), length,
+         refused.Callback());
+  ASSERT_TRUE(refused.Wait());
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kUnavailable) << refused.status;
+  endpoint->reset();
+  a.reset();
+  b.reset();  // finalize: anything the plugin still owed has run by now
+  EXPECT_EQ(posted.calls.load(), 1);
+  EXPECT_EQ(refused.calls.load(), 1) << "a refused post must not also complete";
+}
+
+// Disconnecting an endpoint with a transfer in flight ends that transfer
+// once, with its result or CANCELLED, and leaves the contexts usable.
+TEST_P(TransportConformanceTest, DisconnectWithATransferInFlightEndsItOnce) {
+  RDV_LOAD_OR_SKIP(a, GetParam());
+  RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true);
+  const size_t length = size_t{16} << 20;
+  auto source = a->Allocate(length);
+  auto destination = b->Allocate(length);
+  auto endpoint = b->Connect(*a->LocalAddress());
+  ASSERT_TRUE(source.ok() && destination.ok() && endpoint.ok());
+  Completion in_flight;
+  b->Get(**endpoint, (*destination)->address(), **destination,
+         reinterpret_cast<uint64_t>((*source)->address()), (*source)->remote_key(), length,
+         in_flight.Callback());
+  endpoint->reset();
+  ASSERT_TRUE(in_flight.Wait()) << "a disconnected endpoint left its transfer waiting";
+  EXPECT_TRUE(in_flight.status.ok() || absl::IsCancelled(in_flight.status)) << in_flight.status;
+  MovesBytesBetweenTwoContexts(a, b, /*put=*/false);
+  EXPECT_EQ(in_flight.calls.load(), 1);
+}
+
+// A tagged send meets the receive posted under its tag, whichever comes
+// first; a transport without tagged messages refuses the send at once.
+TEST_P(TransportConformanceTest, TaggedSendMeetsItsRecv) {
+  RDV_LOAD_OR_SKIP(a, GetParam());
+  RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true);
+  const size_t length = (size_t{1} << 20) + 5;
+  auto source = a->Allocate(length);
+  auto destination = b->Allocate(length);
+  auto endpoint = a->Connect(*b->LocalAddress());
+  ASSERT_TRUE(source.ok() && destination.ok() && endpoint.ok());
+  Fill(**source, 3);
+  if (!(a->supported_ops() & RDV_TRANSPORT_OP_TAG)) {
+    Completion refused;
+    a->Send(**endpoint, (*source)->address(), length, 11, refused.Callback());
+    ASSERT_TRUE(refused.Wait());
+    EXPECT_EQ(refused.status.code(), absl::StatusCode::kUnimplemented) << refused.status;
+    EXPECT_EQ(refused.thread, std::this_thread::get_id());
+    GTEST_SKIP() << GetParam() << " offers no tagged messages";
+  }
+  for (const bool receive_first : {true, false}) {
+    const uint64_t tag = receive_first ? 11 : 12;
+    std::memset((*destination)->address(), 0, length);
+    Completion sent;
+    Completion received;
+    if (receive_first) b->Recv((*destination)->address(), length, tag, received.Callback());
+    a->Send(**endpoint, (*source)->address(), length, tag, sent.Callback());
+    if (!receive_first) b->Recv((*destination)->address(), length, tag, received.Callback());
+    ASSERT_TRUE(sent.Wait() && received.Wait()) << "receive first: " << receive_first;
+    ASSERT_TRUE(sent.status.ok()) << sent.status;
+    ASSERT_TRUE(received.status.ok()) << received.status;
+    EXPECT_EQ(std::memcmp((*destination)->address(), (*source)->address(), length), 0)
+        << "receive first: " << receive_first;
+    EXPECT_EQ(sent.calls.load() + received.calls.load(), 2);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, TransportConformanceTest,
                          ::testing::Values("ucx", "verbs"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
@@ -301,170 +406,6 @@ TEST_P(VerbsTransportTest, RemoteAccessErrorFailsTheTransferAndANewEndpointRecov
 }
 
 INSTANTIATE_TEST_SUITE_P(Verbs, VerbsTransportTest, ::testing::Values("verbs"));
-
-// Sets (or, given nullptr, unsets) one environment variable for a scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) saved_ = old;
-    value ? setenv(name, value, 1) : unsetenv(name);
-  }
-  ~ScopedEnv() { saved_ ? setenv(name_, saved_->c_str(), 1) : unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> saved_;
-};
-
-// rdv's UCX segment defaults apply only where UCX may open a transport that
-// reads them and the user has not chosen: UCX warns of a setting no
-// interface takes.
-TEST(UcxTransportTest, TunesSegmentsOnlyWhereTheirTransportIsAllowedAndUnset) {
-  const struct {
-    const char* tls;
-    const char* user_variable;  // set to a value of the user's, or null
-    bool tcp_tuned;
-    bool mm_tuned;
-  } cases[] = {
-      {"tcp", nullptr, true, false},
-      {"posix,cma,self", nullptr, false, true},
-      {"sm,self", nullptr, false, true},
-      {"all", nullptr, true, true},
-      {"^tcp", nullptr, false, true},
-      {"^sm", nullptr, true, false},
-      {"^posix", nullptr, true, true},
-      {"tcp", "UCX_TCP_RX_SEG_SIZE", false, false},
-      {"posix,cma,self", "UCX_SYSV_SEG_SIZE", false, false},
-  };
-  for (const auto& c : cases) {
-    ScopedEnv tls("UCX_TLS", c.tls);
-    ScopedEnv tcp("UCX_TCP_RX_SEG_SIZE", nullptr);
-    ScopedEnv sysv("UCX_SYSV_SEG_SIZE", nullptr);
-    std::optional<ScopedEnv> user;
-    if (c.user_variable != nullptr) user.emplace(c.user_variable, "16K");
-    auto transport = Transport::Load("ucx");
-    ASSERT_TRUE(transport.ok()) << transport.status();
-    const std::string description = (*transport)->description();
-    EXPECT_EQ(description.find("UCX_TCP_RX_SEG_SIZE=1M") != std::string::npos, c.tcp_tuned)
-        << "UCX_TLS=" << c.tls << ": " << description;
-    EXPECT_EQ(description.find("UCX_{POSIX,SYSV}_SEG_SIZE=56K") != std::string::npos, c.mm_tuned)
-        << "UCX_TLS=" << c.tls << ": " << description;
-  }
-}
-
-// Tagged messages only where UCX_TLS leaves tcp alone between processes;
-// one-sided gets wherever shared memory or RDMA may be used.
-// A get only where the NIC bounds it to the descriptor's tensor (RC, DC);
-// anywhere UCX could serve it in software, the producer sends instead.
-TEST(UcxTransportTest, GetsOnlyWhereTheNicConfinesTheRead) {
-  const struct {
-    const char* tls;
-    bool tagged;
-  } cases[] = {{"tcp", true},          {"tcp,self", true},          {"^tcp", true},
-               {"sm,tcp", true},       {"rc_verbs,tcp", true},      {"posix,cma,self", true},
-               {"ud_verbs", true},     {"rc_verbs,ud_verbs", false}, {"rc_verbs,self", false},
-               {"dc_mlx5", false},     {"ib", false}};
-  ScopedEnv op("RDV_UCX_OP", nullptr);
-  ScopedEnv unset_tls("UCX_TLS", nullptr);
-  {
-    auto transport = Transport::Load("ucx");
-    ASSERT_TRUE(transport.ok()) << transport.status();
-    EXPECT_EQ((*transport)->preferred_op(), RDV_TRANSPORT_OP_TAG) << "UCX_TLS unset";
-  }
-  const bool require_rdma = std::getenv("RDV_TEST_REQUIRE_RDMA") != nullptr;
-  for (const auto& c : cases) {
-    ScopedEnv tls("UCX_TLS", c.tls);
-    auto transport = Transport::Load("ucx");
-    // RDMA-only settings load where a device is (tests/softroce).
-    if (!transport.ok() && !require_rdma &&
-        absl::StrContains(transport.status().message(), "No such device")) {
-      continue;
-    }
-    ASSERT_TRUE(transport.ok()) << c.tls << ": " << transport.status();
-    EXPECT_EQ((*transport)->preferred_op() == RDV_TRANSPORT_OP_TAG, c.tagged)
-        << "UCX_TLS=" << c.tls << ": " << (*transport)->description();
-  }
-}
-
-TEST(UcxTransportTest, RefusesAnUnknownOp) {
-  ScopedEnv op("RDV_UCX_OP", "put");
-  auto transport = Transport::Load("ucx");
-  ASSERT_EQ(transport.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(transport.status().message().find("RDV_UCX_OP='put'"), absl::string_view::npos)
-      << transport.status();
-}
-
-// UCX would hang at the first transfer of a 64 KiB segment or more.
-TEST(UcxTransportTest, RefusesSharedMemorySegmentsThatHangUcx) {
-  ScopedEnv tls("UCX_TLS", "posix,cma,self");
-  for (const char* name : {"UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE", "UCX_MM_SEG_SIZE"}) {
-    ScopedEnv segment(name, "64K");
-    auto transport = Transport::Load("ucx");
-    ASSERT_EQ(transport.status().code(), absl::StatusCode::kInvalidArgument) << name;
-    const std::string message(transport.status().message());
-    EXPECT_NE(message.find(std::string(name) + "=64K"), std::string::npos) << message;
-    EXPECT_NE(message.find("at most 60000"), std::string::npos) << message;
-  }
-  ScopedEnv accepted("UCX_POSIX_SEG_SIZE", "60000");
-  EXPECT_TRUE(Transport::Load("ucx").ok());
-}
-
-TEST(TransportAllocatorTest, RecurringSizesReuseMemory) {
-  auto transport = Transport::Load("ucx");
-  ASSERT_TRUE(transport.ok());
-  auto pool = std::make_shared<TransportAllocator>(*transport, size_t{64} << 20);
-  for (int round = 0; round < 100; ++round) {
-    for (size_t size : {size_t{100}, size_t{5000}, size_t{3} << 20}) {
-      auto ptr = pool->Allocate(size);
-      ASSERT_TRUE(ptr.ok()) << ptr.status();
-      EXPECT_NE(pool->Find(*ptr, size), nullptr);
-      pool->Deallocate(*ptr, size);
-    }
-  }
-  EXPECT_EQ(pool->stats().registrations, 3u) << "a warm pool registered again";
-  EXPECT_EQ(pool->stats().reused, 297u);
-  EXPECT_EQ(AllocationSizeClass(5000), 8192u);
-  EXPECT_EQ(AllocationSizeClass((size_t{3} << 20) + 1), size_t{4} << 20);
-}
-
-TEST(RegistrationCacheTest, HitMissInvalidationEviction) {
-  auto transport = Transport::Load("ucx");
-  ASSERT_TRUE(transport.ok());
-  RegistrationCache cache(*transport, nullptr, size_t{1} << 20);
-  static std::vector<char> storage(size_t{4} << 20);
-  auto wrap = [](size_t offset, size_t size) {
-    return Buffer::Wrap(storage.data() + offset, size, MemoryLocation::Host(), nullptr);
-  };
-  auto first = wrap(0, 512 << 10);
-  ASSERT_TRUE(cache.Lookup(first).ok());
-  ASSERT_TRUE(cache.Lookup(first).ok());
-  EXPECT_EQ(cache.stats().misses, 1u);
-  EXPECT_EQ(cache.stats().hits, 1u);
-
-  first.reset();  // freed; another buffer appears at the same address
-  auto second = wrap(0, 512 << 10);
-  ASSERT_TRUE(cache.Lookup(second).ok());
-  EXPECT_EQ(cache.stats().invalidations, 1u);
-  EXPECT_EQ(cache.stats().misses, 2u);
-
-  auto third = wrap(size_t{1} << 20, 768 << 10);  // over the 1 MiB bound
-  ASSERT_TRUE(cache.Lookup(third).ok());
-  EXPECT_GE(cache.stats().evictions, 1u);
-  EXPECT_LE(cache.stats().bytes_registered, size_t{1} << 20);
-}
-
-TEST(RegistrationCacheTest, PoolMemoryNeedsNoRegistration) {
-  auto transport = Transport::Load("ucx");
-  ASSERT_TRUE(transport.ok());
-  auto pool = std::make_shared<TransportAllocator>(*transport, size_t{64} << 20);
-  RegistrationCache cache(*transport, pool, size_t{64} << 20);
-  auto buffer = Buffer::Allocate(pool, 1 << 20);
-  ASSERT_TRUE(buffer.ok());
-  auto registration = cache.Lookup(*buffer);
-  ASSERT_TRUE(registration.ok());
-  EXPECT_EQ(cache.stats().pool_hits, 1u);
-  EXPECT_EQ(cache.stats().misses, 0u);
-}
 
 }  // namespace
 }  // namespace rdv::plugin

@@ -1,0 +1,123 @@
+// The UCX plugin's settings, as a loaded plugin applies them: which
+// transports get rdv's segment defaults, get versus tag by UCX_TLS, and the
+// values it refuses.
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "plugin/transport.h"
+
+namespace rdv::plugin {
+namespace {
+
+// Sets (or, given nullptr, unsets) one environment variable for a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old;
+    value ? setenv(name, value, 1) : unsetenv(name);
+  }
+  ~ScopedEnv() { saved_ ? setenv(name_, saved_->c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
+
+// rdv's UCX segment defaults apply only where UCX may open a transport that
+// reads them and the user has not chosen: UCX warns of a setting no
+// interface takes.
+TEST(UcxTransportTest, TunesSegmentsOnlyWhereTheirTransportIsAllowedAndUnset) {
+  const struct {
+    const char* tls;
+    const char* user_variable;  // set to a value of the user's, or null
+    bool tcp_tuned;
+    bool mm_tuned;
+  } cases[] = {
+      {"tcp", nullptr, true, false},
+      {"posix,cma,self", nullptr, false, true},
+      {"sm,self", nullptr, false, true},
+      {"all", nullptr, true, true},
+      {"^tcp", nullptr, false, true},
+      {"^sm", nullptr, true, false},
+      {"^posix", nullptr, true, true},
+      {"tcp", "UCX_TCP_RX_SEG_SIZE", false, false},
+      {"posix,cma,self", "UCX_SYSV_SEG_SIZE", false, false},
+  };
+  for (const auto& c : cases) {
+    ScopedEnv tls("UCX_TLS", c.tls);
+    ScopedEnv tcp("UCX_TCP_RX_SEG_SIZE", nullptr);
+    ScopedEnv sysv("UCX_SYSV_SEG_SIZE", nullptr);
+    std::optional<ScopedEnv> user;
+    if (c.user_variable != nullptr) user.emplace(c.user_variable, "16K");
+    auto transport = Transport::Load("ucx");
+    ASSERT_TRUE(transport.ok()) << transport.status();
+    const std::string description = (*transport)->description();
+    EXPECT_EQ(description.find("UCX_TCP_RX_SEG_SIZE=1M") != std::string::npos, c.tcp_tuned)
+        << "UCX_TLS=" << c.tls << ": " << description;
+    EXPECT_EQ(description.find("UCX_{POSIX,SYSV}_SEG_SIZE=56K") != std::string::npos, c.mm_tuned)
+        << "UCX_TLS=" << c.tls << ": " << description;
+  }
+}
+
+// Tagged messages only where UCX_TLS leaves tcp alone between processes;
+// one-sided gets wherever shared memory or RDMA may be used.
+// A get only where the NIC bounds it to the descriptor's tensor (RC, DC);
+// anywhere UCX could serve it in software, the producer sends instead.
+TEST(UcxTransportTest, GetsOnlyWhereTheNicConfinesTheRead) {
+  const struct {
+    const char* tls;
+    bool tagged;
+  } cases[] = {{"tcp", true},          {"tcp,self", true},          {"^tcp", true},
+               {"sm,tcp", true},       {"rc_verbs,tcp", true},      {"posix,cma,self", true},
+               {"ud_verbs", true},     {"rc_verbs,ud_verbs", false}, {"rc_verbs,self", false},
+               {"dc_mlx5", false},     {"ib", false}};
+  ScopedEnv op("RDV_UCX_OP", nullptr);
+  ScopedEnv unset_tls("UCX_TLS", nullptr);
+  {
+    auto transport = Transport::Load("ucx");
+    ASSERT_TRUE(transport.ok()) << transport.status();
+    EXPECT_EQ((*transport)->preferred_op(), RDV_TRANSPORT_OP_TAG) << "UCX_TLS unset";
+  }
+  const bool require_rdma = std::getenv("RDV_TEST_REQUIRE_RDMA") != nullptr;
+  for (const auto& c : cases) {
+    ScopedEnv tls("UCX_TLS", c.tls);
+    auto transport = Transport::Load("ucx");
+    // RDMA-only settings load where a device is (tests/softroce).
+    if (!transport.ok() && !require_rdma &&
+        absl::StrContains(transport.status().message(), "No such device")) {
+      continue;
+    }
+    ASSERT_TRUE(transport.ok()) << c.tls << ": " << transport.status();
+    EXPECT_EQ((*transport)->preferred_op() == RDV_TRANSPORT_OP_TAG, c.tagged)
+        << "UCX_TLS=" << c.tls << ": " << (*transport)->description();
+  }
+}
+
+TEST(UcxTransportTest, RefusesAnUnknownOp) {
+  ScopedEnv op("RDV_UCX_OP", "put");
+  auto transport = Transport::Load("ucx");
+  ASSERT_EQ(transport.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(transport.status().message().find("RDV_UCX_OP='put'"), absl::string_view::npos)
+      << transport.status();
+}
+
+// UCX would hang at the first transfer of a 64 KiB segment or more.
+TEST(UcxTransportTest, RefusesSharedMemorySegmentsThatHangUcx) {
+  ScopedEnv tls("UCX_TLS", "posix,cma,self");
+  for (const char* name : {"UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE", "UCX_MM_SEG_SIZE"}) {
+    ScopedEnv segment(name, "64K");
+    auto transport = Transport::Load("ucx");
+    ASSERT_EQ(transport.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    const std::string message(transport.status().message());
+    EXPECT_NE(message.find(std::string(name) + "=64K"), std::string::npos) << message;
+    EXPECT_NE(message.find("at most 60000"), std::string::npos) << message;
+  }
+  ScopedEnv accepted("UCX_POSIX_SEG_SIZE", "60000");
+  EXPECT_TRUE(Transport::Load("ucx").ok());
+}
+
+}  // namespace
+}  // namespace rdv::plugin
