@@ -55,8 +55,18 @@ DataPlane::DataPlane(std::string protocol, DataPlaneOptions options,
     : protocol_(std::move(protocol)),
       options_(options),
       transport_(std::move(transport)),
+      transfer_op_(transport_->preferred_op() == RDV_TRANSPORT_OP_TAG ? TRANSFER_OP_TAG
+                                                                       : TRANSFER_OP_GET),
       allocator_(std::make_shared<plugin::TransportAllocator>(transport_, options.pool_cache_bytes)),
       registrations_(transport_, allocator_, options.registration_cache_bytes) {}
+
+TransportAddress DataPlane::Describe() const {
+  TransportAddress described;
+  described.set_name(transport_->name());
+  described.set_address(local_address_);
+  described.set_transfer_op(transfer_op_);
+  return described;
+}
 
 DataPlane::~DataPlane() {
   held_.Clear();
@@ -91,10 +101,10 @@ absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t re
                                                      const ConsumerWatcher& consumer,
                                                      plugin::TransportDone sent) {
   TransportDescriptor descriptor;
-  descriptor.set_op(transport_->preferred_op());
+  descriptor.set_op(transfer_op_);
   descriptor.set_length(tensor.TotalBytes());
   descriptor.set_producer_transport_address(local_address_);
-  if (descriptor.op() == RDV_TRANSPORT_OP_TAG) {
+  if (descriptor.op() == TRANSFER_OP_TAG) {
     if (consumer_address.empty()) {
       return absl::InvalidArgumentError("RecvTensor without the consumer's transport address");
     }
@@ -168,7 +178,7 @@ void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
     destination = Tensor();
     std::move(done)(std::move(status));
   };
-  if (descriptor.op() == RDV_TRANSPORT_OP_TAG) {
+  if (descriptor.op() == TRANSFER_OP_TAG) {
     transport_->Recv(destination.data(), destination.TotalBytes(), descriptor.transfer_id(),
                      std::move(on_done));
     return;
@@ -188,7 +198,7 @@ void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
 }
 
 void DataPlane::CancelFetch(const TransportDescriptor& descriptor, bool producer_lost) {
-  if (descriptor.op() == RDV_TRANSPORT_OP_TAG) {
+  if (descriptor.op() == TRANSFER_OP_TAG) {
     // NOT_FOUND: it ended, or its bytes are arriving and end it soon (with
     // an error if the sender is lost: UCX's tcp endpoints notice).
     transport_->CancelRecv(descriptor.transfer_id()).IgnoreError();

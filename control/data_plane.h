@@ -51,6 +51,12 @@ class DataPlane {
   const plugin::Transport& transport() const { return *transport_; }
   const std::shared_ptr<plugin::TransportAllocator>& allocator() const { return allocator_; }
   const std::string& local_address() const { return local_address_; }
+  // How this worker's payloads leave it, decided once from the transport's
+  // preference: the consumer gets them (op get) or this worker sends them
+  // tagged (op tag).
+  TransferOp transfer_op() const { return transfer_op_; }
+  // This data plane as the Handshake tells peers of it.
+  TransportAddress Describe() const;
 
   // Producer side. `sent` runs once the producer's part is over: at once
   // for op get (the tensor then waits for Release), when the send ends for
@@ -105,6 +111,7 @@ class DataPlane {
   const std::string protocol_;
   const DataPlaneOptions options_;
   const std::shared_ptr<plugin::Transport> transport_;
+  const TransferOp transfer_op_;
   const std::shared_ptr<plugin::TransportAllocator> allocator_;
   plugin::RegistrationCache registrations_;
   std::string local_address_;

@@ -43,7 +43,7 @@ void ReleaseFetched(const WorkerClient& worker, int64_t step_id, const TensorMet
     transfer.set_cuda_ipc(true);
     transfer.set_transfer_id(meta.cuda_ipc().transfer_id());
     transfer.set_length(meta.cuda_ipc().length());
-  } else if (meta.has_transport() && meta.transport().op() == RDV_TRANSPORT_OP_GET) {
+  } else if (meta.has_transport() && meta.transport().op() == TRANSFER_OP_GET) {
     transfer.set_transfer_id(meta.transport().transfer_id());
     transfer.set_length(meta.transport().length());
   } else {

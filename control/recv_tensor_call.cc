@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/grpc_status.h"
+#include "control/peer_handshake.h"
 #include "core/notification.h"
 
 namespace rdv::control {
@@ -43,10 +44,11 @@ void DrainQueue(grpc::CompletionQueue* queue) {
 }
 
 // Whether the producer may answer in one message: not when the payload
-// comes as a tagged send, which the consumer posts after reading the meta.
-RecvTensorRequest WithSingleMessage(RecvTensorRequest request, const DataPlane* data_plane) {
-  request.set_single_message(data_plane == nullptr ||
-                             data_plane->transport().preferred_op() != RDV_TRANSPORT_OP_TAG);
+// may come as a tagged send, which the consumer posts after reading the
+// meta (control/peer_handshake.h).
+RecvTensorRequest WithSingleMessage(RecvTensorRequest request, const WorkerClient& worker,
+                                    const DataPlane* data_plane) {
+  request.set_single_message(OneMessageAnswers(worker, data_plane != nullptr));
   return request;
 }
 
@@ -128,7 +130,7 @@ BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> wor
                                                MemoryLocation destination, absl::Duration timeout,
                                                absl::Duration peer_timeout)
     : worker_(std::move(worker)),
-      request_(WithSingleMessage(std::move(request), data_plane)),
+      request_(WithSingleMessage(std::move(request), *worker_, data_plane)),
       timeout_(timeout),
       peer_timeout_(peer_timeout),
       result_(std::make_shared<Result>()),

@@ -15,6 +15,12 @@ std::shared_ptr<Rendezvous> RendezvousMgr::Find(int64_t step_id) {
   return slot;
 }
 
+std::shared_ptr<Rendezvous> RendezvousMgr::FindExisting(int64_t step_id) const {
+  std::lock_guard lock(mu_);
+  auto it = steps_.find(step_id);
+  return it == steps_.end() ? nullptr : it->second;
+}
+
 void RendezvousMgr::Cleanup(int64_t step_id) {
   std::shared_ptr<Rendezvous> rendezvous;
   {

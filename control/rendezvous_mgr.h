@@ -24,6 +24,8 @@ class RendezvousMgr {
   RendezvousMgr& operator=(const RendezvousMgr&) = delete;
 
   std::shared_ptr<Rendezvous> Find(int64_t step_id);
+  // The step's rendezvous if it exists (not cleaned up), else null.
+  std::shared_ptr<Rendezvous> FindExisting(int64_t step_id) const;
 
   // Aborts the step's rendezvous with ABORTED "Cleanup <step_id>" (its
   // waiting Recvs fail, its buffered tensors are dropped) and forgets it.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/cuda_ipc_transfer.h"
+#include "control/peer_handshake.h"
 #include "control/protocol.h"
 #include "control/recv_tensor_call.h"
 
@@ -46,8 +47,21 @@ void RpcRemoteRendezvous::RecvAsync(const ParsedKey& key, const RendezvousArgs& 
   }
 }
 
+absl::Status RpcRemoteRendezvous::RefusedAtOnce(const ParsedKey& key,
+                                                const RendezvousArgs& args) {
+  if (args.cancellation_manager != nullptr && args.cancellation_manager->IsCancelled()) {
+    return RecvCancelledError(key.FullKey());
+  }
+  std::lock_guard lock(mu_);
+  return abort_status_;
+}
+
 void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs& args,
                                      RecvDoneCallback done) {
+  if (const absl::Status refused = RefusedAtOnce(key, args); !refused.ok()) {
+    std::move(done)(refused, RendezvousArgs{}, args, Tensor(), false);
+    return;
+  }
   absl::StatusOr<std::shared_ptr<WorkerClient>> worker =
       env_->worker_cache->Get(key.src().WorkerName());
   if (!worker.ok()) {
@@ -64,7 +78,7 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
     std::move(done)(status, RendezvousArgs{}, args, tensor, is_dead);
   };
   const MemoryLocation destination = RecvDestination(key, args);
-  RecvTensorRequest request = MakeRequest(key, destination, **worker);
+  RecvTensorRequest request = MakeRequest(key, destination, *worker);
   auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane, std::move(request),
                                   destination, std::move(detach), std::move(finish));
   Hook(call, key.FullKey(), cancel, token);
@@ -73,7 +87,7 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
 
 RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key,
                                                    MemoryLocation destination,
-                                                   const WorkerClient& worker) const {
+                                                   const std::shared_ptr<WorkerClient>& worker) const {
   RecvTensorRequest request;
   request.set_step_id(step_id_);
   request.set_rendezvous_key(std::string(key.FullKey()));
@@ -82,8 +96,9 @@ RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key,
   request.set_protocol_version(kProtocolVersion);
   if (env_->data_plane != nullptr) {
     request.set_consumer_transport_address(env_->data_plane->local_address());
+    LearnTransferOp(worker, env_->handshake, env_->data_plane->transport().name());
   }
-  worker.releases->TakeQueued(request.mutable_released());
+  worker->releases->TakeQueued(request.mutable_released());
   RequestCudaIpc(destination, &request);
   return request;
 }
@@ -93,10 +108,11 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
   if (InSameAddressSpace(key.src(), env_->worker)) {
     return Rendezvous::Recv(key, args, value, is_dead, timeout);
   }
+  RDV_RETURN_IF_ERROR(RefusedAtOnce(key, args));
   RDV_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> worker,
                        env_->worker_cache->Get(key.src().WorkerName()));
   const MemoryLocation destination = RecvDestination(key, args);
-  RecvTensorRequest request = MakeRequest(key, destination, *worker);
+  RecvTensorRequest request = MakeRequest(key, destination, worker);
   BlockingRecvTensorCall call(std::move(worker), env_->data_plane, std::move(request),
                               destination, timeout, env_->options.peer_timeout);
   CancellationManager* const cancel = args.cancellation_manager;
@@ -137,6 +153,11 @@ absl::Status RpcRemoteRendezvous::Track(AbortableCall* call) {
 void RpcRemoteRendezvous::Untrack(AbortableCall* call) {
   std::lock_guard lock(mu_);
   active_calls_.erase(call);
+}
+
+size_t RpcRemoteRendezvous::CountRemoteCalls() {
+  std::lock_guard lock(mu_);
+  return active_calls_.size();
 }
 
 void RpcRemoteRendezvous::StartAbort(const absl::Status& status) {

@@ -6,7 +6,17 @@
 // travels in the call's answer or through the data plane the answer names.
 //
 // Recv callbacks run on the threads listed in core/rendezvous.h, or on a
-// gRPC completion thread for remote Recvs.
+// gRPC completion thread for remote Recvs. Each remote Recv is its own
+// call: several Recvs of one key may reach the producer, and so get its
+// values, in another order than they were made (as in TensorFlow). A Recv
+// cancelled while the producer is serving it may take the value with it
+// when its answer was already on its way; one cancelled before leaves the
+// value for the next Recv (the producer gives back a value whose call
+// never delivered its status). A Recv
+// made after the step's abort, or with its cancellation manager already
+// cancelled, fails at once, as a local one does.
+// tests/control/rpc_rendezvous_conformance_test.cc runs the core
+// Rendezvous suite on it.
 #pragma once
 
 #include <cstdint>
@@ -40,12 +50,18 @@ class RpcRemoteRendezvous final : public Rendezvous,
   void StartAbort(const absl::Status& status) override;
 
   LocalRendezvous::Pending CountPending() const { return local_.CountPending(); }
+  // Remote Recvs in flight (RecvTensor calls not finished).
+  size_t CountRemoteCalls();
 
  private:
   void RecvRemote(const ParsedKey& key, const RendezvousArgs& args, RecvDoneCallback done);
-  // Carries the releases queued for `worker`.
+  // Not OK for a Recv that fails at once, as a local one does: its step was
+  // aborted, or its cancellation manager was cancelled before it began.
+  absl::Status RefusedAtOnce(const ParsedKey& key, const RendezvousArgs& args);
+  // Carries the releases queued for `worker`; starts learning how it
+  // moves payloads, once.
   RecvTensorRequest MakeRequest(const ParsedKey& key, MemoryLocation destination,
-                                const WorkerClient& worker) const;
+                                const std::shared_ptr<WorkerClient>& worker) const;
   // Hooks `call` to this step's abort and to its Recv's cancellation
   // manager (`token` registered there); Unhook undoes both, after which
   // neither calls Abort.

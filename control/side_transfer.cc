@@ -95,7 +95,7 @@ void SideTransfer::Told(const absl::Status& status) {
 }
 
 void SideTransfer::ExpectArrivalWithin(absl::Duration limit) {
-  if (descriptor_.op() != RDV_TRANSPORT_OP_TAG) return;
+  if (descriptor_.op() != TRANSFER_OP_TAG) return;
   uint64_t id = 0;
   {
     std::lock_guard lock(mu_);

@@ -183,6 +183,11 @@ absl::Status TensorDecoder::CheckMetaIsConsistent() const {
   if (meta_.is_dead() && (meta_.payload_bytes() != 0 || described)) {
     return Corrupt("a dead tensor with payload bytes or a descriptor");
   }
+  if (meta_.has_transport() && meta_.transport().op() != TRANSFER_OP_GET &&
+      meta_.transport().op() != TRANSFER_OP_TAG) {
+    return Corrupt(absl::StrCat("a transport descriptor of unknown operation ",
+                                static_cast<int>(meta_.transport().op())));
+  }
   if (meta_.has_transport() && meta_.has_cuda_ipc()) {
     return Corrupt("both a transport and a CUDA IPC descriptor");
   }

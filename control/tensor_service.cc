@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -9,6 +10,7 @@
 #include "control/grpc_status.h"
 #include "control/protocol.h"
 #include "control/tensor_codec.h"
+#include "control/tensor_route.h"
 #include "core/chunked_copy.h"
 #include "core/device_copy.h"
 #include "core/logging.h"
@@ -28,8 +30,9 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
   };
 
  public:
-  Reactor(TensorService* service, const absl::Status& door, const grpc::ByteBuffer* request_buffer)
-      : service_(service) {
+  Reactor(TensorService* service, grpc::CallbackServerContext* context, const absl::Status& door,
+          const grpc::ByteBuffer* request_buffer)
+      : service_(service), context_(context) {
     if (!door.ok()) {
       Finish(ToGrpcStatus(door));
       return;
@@ -56,6 +59,7 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     chunk_bytes_ = service_->env_.options.chunk_bytes;
     request_ = request;
     consumer_ = service_->WatcherFor(*key);
+    key_ = *key;
     if (request.fetch_held()) {
       absl::StatusOr<HeldValue> held = service_->TakeHeldValue(request);
       if (held.ok()) {
@@ -68,7 +72,7 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     service_->Register(request.step_id(), request.request_id(), this);
     registered_ = true;
     RendezvousArgs args;
-    args.as_sent = true;  // SendDeviceTensor decides how a GPU tensor leaves
+    args.as_sent = true;  // ChooseRoute decides how a GPU tensor leaves
     args.cancellation_manager = &cancel_;
     service_->rendezvous_mgr_.Find(request.step_id())
         ->RecvAsync(*key, args,
@@ -106,6 +110,15 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
   }
   void OnDone() override {
     if (registered_) service_->Unregister(request_.step_id(), request_.request_id());
+    // The consumer never got this call's status: its Recv failed, and the
+    // value it took goes back to the step for the next Recv instead of
+    // being lost (behind values sent since).
+    if (taken_.has_value() && context_->IsCancelled()) {
+      if (std::shared_ptr<Rendezvous> step =
+              service_->rendezvous_mgr_.FindExisting(request_.step_id())) {
+        step->Send(key_, {}, taken_->value, taken_->is_dead).IgnoreError();  // aborted: gone
+      }
+    }
     delete this;
   }
 
@@ -124,14 +137,6 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     return absl::CancelledError("the consumer went away mid-transfer");
   }
 
-  // Whether the payload moves through the data plane instead of the stream.
-  bool UseDataPlane(const Tensor& value, bool is_dead) const {
-    const DataPlane* plane = service_->env_.data_plane;
-    return plane != nullptr && request_.protocol() == plane->protocol() && !is_dead &&
-           value.IsInitialized() && DTypeIsMemcpyable(value.dtype()) &&
-           value.TotalBytes() > plane->options().inline_bytes;
-  }
-
   // A single_message request gets one message: a payload that needs more
   // (`stream_bytes` of it in the stream, or a tagged send, which needs the
   // consumer to read the meta first) is held for a fetch_held call instead.
@@ -139,6 +144,7 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     if (!request_.single_message() || (stream_bytes <= chunk_bytes_ && !tagged)) return false;
     service_->held_values_.Insert({request_.step_id(), request_.request_id()},
                                   {request_.rendezvous_key(), value, is_dead}, consumer_);
+    taken_.reset();  // the held value is the consumer's now
     meta_ = MakeTensorMeta(value, is_dead, 0, absl::GetCurrentTimeNanos() / 1000);
     meta_.set_payload_held(true);
     chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
@@ -150,7 +156,7 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
   // sends and finishes the stream when the send is done (op tag).
   void OfferThroughDataPlane(const Tensor& value) {
     if (HeldForLater(value, false, 0,
-                     service_->env_.data_plane->transport().preferred_op() == RDV_TRANSPORT_OP_TAG)) {
+                     service_->env_.data_plane->transfer_op() == TRANSFER_OP_TAG)) {
       return;
     }
     meta_ = MakeTensorMeta(value, false, 0, absl::GetCurrentTimeNanos() / 1000);
@@ -171,7 +177,7 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     }
     *meta_.mutable_transport() = *descriptor;
     chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
-    if (descriptor->op() != RDV_TRANSPORT_OP_TAG) {
+    if (descriptor->op() != TRANSFER_OP_TAG) {
       StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
       return;
     }
@@ -204,50 +210,56 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
 
   void OnValue(const absl::Status& status, const Tensor& value, bool is_dead) {
     delivered_ = status.ok();
+    if (delivered_) taken_ = Taken{value, is_dead};
     settled_.Notify();
     if (!status.ok()) {
       Finish(ToGrpcStatus(status));
-    } else if (!is_dead && value.IsInitialized() && !value.location().is_host()) {
-      SendDeviceTensor(value);
-    } else {
-      SendHostTensor(value, is_dead);
+      return;
+    }
+    Take(Route(value, is_dead, /*may_lend=*/true), value, is_dead);
+  }
+
+  TensorRoute Route(const Tensor& value, bool is_dead, bool may_lend) const {
+    return ChooseRoute(request_, value, is_dead, service_->env_.data_plane, may_lend);
+  }
+
+  void Take(TensorRoute route, const Tensor& value, bool is_dead) {
+    switch (route) {
+      case TensorRoute::kStream: return StreamHostTensor(value, is_dead);
+      case TensorRoute::kStreamFromDevice: return StreamFromDevice(value);
+      case TensorRoute::kOffer: return OfferThroughDataPlane(value);
+      case TensorRoute::kStageThenOffer: return StageThenOffer(value);
+      case TensorRoute::kLendByCudaIpc: return Lend(value);
     }
   }
 
-  // Lends a GPU tensor by CUDA IPC to a consumer on this host that asked
-  // for it; else offers it in place through a data plane that moves GPU
-  // memory; else copies it to pinned host memory and sends that.
-  void SendDeviceTensor(const Tensor& value) {
-    if (CudaIpcWanted(request_, value)) {
-      absl::StatusOr<CudaIpcDescriptor> lent =
-          LendByCudaIpc(request_.step_id(), value, consumer_, &service_->cuda_ipc_lent_);
-      if (lent.ok()) {
-        meta_ = MakeTensorMeta(value, false, 0, absl::GetCurrentTimeNanos() / 1000);
-        *meta_.mutable_cuda_ipc() = *std::move(lent);
-        chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
-        StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
-        return;
-      }
+  // Lends a GPU tensor by CUDA IPC; when that fails, the tensor takes the
+  // next route (said once per process).
+  void Lend(const Tensor& value) {
+    absl::StatusOr<CudaIpcDescriptor> lent =
+        LendByCudaIpc(request_.step_id(), value, consumer_, &service_->cuda_ipc_lent_);
+    if (!lent.ok()) {
       static std::atomic<bool> warned{false};
       if (!warned.exchange(true)) {
         RDV_LOG(Warning) << service_->env_.worker_name << ": cannot lend a GPU tensor by CUDA IPC ("
                          << lent.status() << "); GPU tensors stage through host memory";
       }
-    }
-    if (!UseDataPlane(value, false)) {
-      StreamFromDevice(value);
+      Take(Route(value, false, /*may_lend=*/false), value, false);
       return;
     }
-    if (service_->env_.data_plane->MovesCudaMemory()) {
-      OfferThroughDataPlane(value);
-      return;
-    }
-    // The consumer reads the staged copy in one go: stage it whole, into
-    // the data plane's pool when that is pinned (already registered: no
-    // registration per transfer).
+    meta_ = MakeTensorMeta(value, false, 0, absl::GetCurrentTimeNanos() / 1000);
+    *meta_.mutable_cuda_ipc() = *std::move(lent);
+    chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
+    StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
+  }
+
+  // The consumer reads the staged copy in one go: stage it whole, into the
+  // data plane's pool when that is pinned (already registered: no
+  // registration per transfer).
+  void StageThenOffer(const Tensor& value) {
     auto on_staged = [this](absl::StatusOr<Tensor> staged) {
       if (staged.ok()) {
-        SendHostTensor(*staged, false);
+        OfferThroughDataPlane(*staged);
       } else {
         Finish(ToGrpcStatus(staged.status()));
       }
@@ -278,11 +290,7 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     WriteNext();
   }
 
-  void SendHostTensor(const Tensor& value, bool is_dead) {
-    if (UseDataPlane(value, is_dead)) {
-      OfferThroughDataPlane(value);
-      return;
-    }
+  void StreamHostTensor(const Tensor& value, bool is_dead) {
     absl::StatusOr<TensorPayload> payload = TensorPayload::Of(value);
     if (!payload.ok()) {
       Finish(ToGrpcStatus(payload.status()));
@@ -316,8 +324,17 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     }
   }
 
+  // The value this call took from the step, until the consumer has it.
+  struct Taken {
+    Tensor value;
+    bool is_dead = false;
+  };
+
   TensorService* const service_;
+  grpc::CallbackServerContext* const context_;
   CancellationManager cancel_;
+  ParsedKey key_;
+  std::optional<Taken> taken_;
   RecvTensorRequest request_;
   ConsumerWatcher consumer_;  // what is held for the consumer goes if it is lost
   bool registered_ = false;
@@ -337,8 +354,9 @@ TensorService::TensorService(const WorkerEnv& env, RendezvousMgr& rendezvous_mgr
     : env_(env), rendezvous_mgr_(rendezvous_mgr) {}
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorService::RecvTensor(
-    const absl::Status& door, const grpc::ByteBuffer* request) {
-  return new Reactor(this, door, request);
+    grpc::CallbackServerContext* context, const absl::Status& door,
+    const grpc::ByteBuffer* request) {
+  return new Reactor(this, context, door, request);
 }
 
 absl::Status TensorService::Admit(const RecvTensorRequest& request, const ParsedKey& key) {

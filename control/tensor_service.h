@@ -40,8 +40,11 @@ class TensorService {
   TensorService(const WorkerEnv& env, RendezvousMgr& rendezvous_mgr);
 
   // Serves one RecvTensor call. `door`: whether the caller passed the door
-  // (AdmitCaller); a refused caller's call ends with that status.
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* RecvTensor(const absl::Status& door,
+  // (AdmitCaller); a refused caller's call ends with that status. A value
+  // taken for a call whose consumer never got its status goes back to the
+  // step.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* RecvTensor(grpc::CallbackServerContext* context,
+                                                         const absl::Status& door,
                                                          const grpc::ByteBuffer* request);
   // True when the RecvTensor `request_id` of `step_id` was still waiting and
   // is now withdrawn (or never arrived, or already ended without a value).

@@ -2,6 +2,7 @@
 // made on first use and shared by every step. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,10 @@ struct WorkerClient {
   // A call that holds this client Begins here when it starts and Ends only
   // after it dropped its reference.
   std::shared_ptr<CallsInFlight> calls = std::make_shared<CallsInFlight>();
+  // How this worker moves payloads to us (TransferOp), from its Handshake
+  // (control/peer_handshake.h); TRANSFER_OP_UNSPECIFIED until it answered.
+  std::atomic<int> transfer_op{TRANSFER_OP_UNSPECIFIED};
+  std::atomic<bool> handshake_started{false};
   // Bounds data-plane transfers from this worker by its life. Last: its
   // thread uses the channel.
   std::unique_ptr<PeerWatch> watch;

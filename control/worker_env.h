@@ -21,6 +21,9 @@ struct WorkerEnv {
   std::string protocol = "grpc";
   // The transport's data plane; null for protocol grpc.
   DataPlane* data_plane = nullptr;
+  // What this worker says of itself in a Handshake, as caller and as
+  // answer: name, incarnation, protocol version, its data plane.
+  HandshakeRequest handshake;
 };
 
 }  // namespace rdv::control

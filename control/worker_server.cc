@@ -58,14 +58,15 @@ class WorkerServiceImpl final : public WorkerServiceBase {
                                 absl::StrCat("worker ", Excerpt(request->worker_name(), 64)),
                                 request->protocol_version(), env_.worker_name)));
     }
-    response->set_worker_name(env_.worker_name);
-    response->set_incarnation(env_.incarnation);
-    response->set_protocol_version(kProtocolVersion);
+    response->set_worker_name(env_.handshake.worker_name());
+    response->set_incarnation(env_.handshake.incarnation());
+    response->set_protocol_version(env_.handshake.protocol_version());
+    *response->mutable_transports() = env_.handshake.transports();
     return Reply(context, absl::OkStatus());
   }
   grpc::ServerWriteReactor<grpc::ByteBuffer>* RecvTensor(
       grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override {
-    return tensors_.RecvTensor(Admit(context), request);
+    return tensors_.RecvTensor(context, Admit(context), request);
   }
   grpc::ServerUnaryReactor* ReleaseTransfers(grpc::CallbackServerContext* context,
                                              const ReleaseTransfersRequest* request,
@@ -148,6 +149,9 @@ class WorkerServer::Impl {
     env_.options = options_.control;
     env_.worker_cache = &worker_cache_;
     env_.protocol = options_.protocol;
+    env_.handshake.set_worker_name(env_.worker_name);
+    env_.handshake.set_incarnation(env_.incarnation);
+    env_.handshake.set_protocol_version(kProtocolVersion);
     steps_.AddCleaner([this](int64_t step_id) { tensors_.DropStep(step_id); });
   }
 
@@ -175,6 +179,7 @@ absl::Status WorkerServer::Impl::Start() {
   if (options_.protocol != kProtocolGrpc) {
     RDV_ASSIGN_OR_RETURN(data_plane_, DataPlane::Create(options_.protocol, options_.data_plane));
     env_.data_plane = data_plane_.get();
+    *env_.handshake.add_transports() = data_plane_->Describe();
   }
   grpc::ServerBuilder builder;
   int port = 0;

@@ -31,6 +31,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (decoder.received_bytes() > kMaxTensorBytes) std::abort();
   }
   absl::StatusOr<rdv::Tensor> tensor = decoder.Finish();
-  if (tensor.ok() && tensor->IsInitialized() && decoder.meta().is_dead()) std::abort();
+  // A dead tensor keeps its dtype and shape, in host memory within the
+  // limit, and nothing else.
+  if (tensor.ok() && decoder.meta().is_dead() && tensor->IsInitialized() &&
+      (static_cast<int>(tensor->dtype()) != decoder.meta().dtype() ||
+       tensor->TotalBytes() > kMaxTensorBytes || !tensor->location().is_host())) {
+    std::abort();
+  }
   return 0;
 }

@@ -1,6 +1,7 @@
 // What every transport plugin needs besides its own protocol: error
-// messages in the ABI's shape, copying blobs out with the ABI's length
-// convention, and a sealed envelope for remote keys and addresses. Header-only, so that a
+// messages in the ABI's shape, the host's logger, copying blobs out with the
+// ABI's length convention, and a sealed envelope for remote keys and
+// addresses. Header-only, so that a
 // plugin .so stays self-contained (it links nothing of rdv's).
 #pragma once
 
@@ -28,6 +29,30 @@ inline int SetError(rdv_transport_error_t* error, int code, const char* format, 
   }
   return code;
 }
+
+// The host's logger, from init's parameters: a plugin logs through it only
+// (never to stdout), at the host's level or more severe.
+class PluginLog {
+ public:
+  // Reads the LOG and LOG_LEVEL fields `params` carries (none when null).
+  void Configure(const rdv_transport_init_params_t* params) {
+    if (params == nullptr) return;
+    if (params->field_mask & RDV_TRANSPORT_INIT_FIELD_LOG) {
+      fn_ = params->log;
+      user_ = params->log_user;
+    }
+    if (params->field_mask & RDV_TRANSPORT_INIT_FIELD_LOG_LEVEL) level_ = params->log_level;
+  }
+  // Levels as the ABI numbers them: 0 error ... 4 trace.
+  void operator()(int level, const std::string& message) const {
+    if (fn_ != nullptr && level <= level_) fn_(user_, level, message.c_str());
+  }
+
+ private:
+  rdv_transport_log_fn fn_ = nullptr;
+  void* user_ = nullptr;
+  int level_ = 1;
+};
 
 // Copies `size` bytes to `buffer`; `*length` is its capacity in and the
 // size out. RESOURCE_EXHAUSTED (with the size needed) when it is too small.

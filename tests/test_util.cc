@@ -1,11 +1,21 @@
 #include "tests/test_util.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace rdv::testing {
+
+ScopedVariable::ScopedVariable(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) saved_ = old;
+  value != nullptr ? setenv(name, value, 1) : unsetenv(name);
+}
+
+ScopedVariable::~ScopedVariable() {
+  saved_ ? setenv(name_, saved_->c_str(), 1) : unsetenv(name_);
+}
 
 ParsedKey Key(const std::string& name, const char* dst, const char* src) {
   absl::StatusOr<ParsedKey> key =

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,20 @@ inline constexpr char kCpu0[] = "/job:worker/replica:0/task:0/device:CPU:0";
 inline constexpr char kCpu1[] = "/job:worker/replica:0/task:0/device:CPU:1";
 inline constexpr char kGpu0[] = "/job:worker/replica:0/task:0/device:GPU:0";
 inline constexpr char kGpu1[] = "/job:worker/replica:0/task:0/device:GPU:1";
+
+// Sets (or, given nullptr, unsets) one environment variable for a scope,
+// then puts the old value back.
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, const char* value);
+  ~ScopedVariable();
+  ScopedVariable(const ScopedVariable&) = delete;
+  ScopedVariable& operator=(const ScopedVariable&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
 
 // A parsed key from kCpu0 to `dst` named `name`; fails the test on error.
 ParsedKey Key(const std::string& name, const char* dst = kCpu1, const char* src = kCpu0);

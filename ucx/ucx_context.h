@@ -22,6 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "plugin/plugin_support.h"
 #include "plugin/rdv_transport.h"
 
 namespace rdv::ucx_plugin {
@@ -51,9 +52,7 @@ struct Context {
   bool busy_poll = false;
   std::atomic<bool> stop{false};
   std::thread progress;
-  rdv_transport_log_fn log = nullptr;
-  void* log_user = nullptr;
-  int log_level = 1;
+  plugin_support::PluginLog log;  // the host's logger
   uint32_t preferred_op = RDV_TRANSPORT_OP_GET;
   bool cuda_memory = false;  // this UCX build has a CUDA memory domain
   std::string description;
@@ -75,9 +74,6 @@ struct Context {
   // thread only): freed when UCX lets go, or at finalize.
   std::unordered_set<Operation*> orphans;
 
-  void Log(int level, const std::string& message) const {
-    if (log != nullptr && level <= log_level) log(log_user, level, message.c_str());
-  }
   // Wakes the progress thread to pick up newly posted work.
   void Wake() const {
     if (!busy_poll) ucp_worker_signal(worker);

@@ -18,7 +18,7 @@ namespace {
 void OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* endpoint = static_cast<Endpoint*>(arg);
   endpoint->failure.store(status, std::memory_order_release);
-  endpoint->context->Log(1, std::string("UCX endpoint failed: ") + ucs_status_string(status));
+  endpoint->context->log(1, std::string("UCX endpoint failed: ") + ucs_status_string(status));
 }
 
 }  // namespace
@@ -51,7 +51,7 @@ int Connect(rdv_transport_context_t handle, const void* sealed_address, size_t l
     status = ucp_ep_create(context->worker, &params, &endpoint->ep);
     endpoint->shared_memory_only = true;
     if (status == UCS_OK) {
-      context->Log(2, "UCX endpoint without peer-failure handling (transports lack it)");
+      context->log(2, "UCX endpoint without peer-failure handling (transports lack it)");
     }
   }
   if (status != UCS_OK) {
@@ -166,7 +166,7 @@ void Abort(rdv_transport_endpoint_t handle) {
     endpoint->keys.Clear();  // keys belong to the endpoint's ep
   }
   Context* context = endpoint->context;
-  context->Log(1, "UCX endpoint aborted: its peer was lost");
+  context->log(1, "UCX endpoint aborted: its peer was lost");
   context->RunOnProgressThread([endpoint, ep] { ForceClose(endpoint, ep); });
 }
 

@@ -57,7 +57,7 @@ void ProgressLoop(Context* context) {
     const ucs_status_t armed = ucp_worker_arm(context->worker);
     if (armed == UCS_ERR_BUSY) continue;
     if (armed != UCS_OK) {
-      context->Log(0, std::string("ucp_worker_arm: ") + ucs_status_string(armed));
+      context->log(0, std::string("ucp_worker_arm: ") + ucs_status_string(armed));
       continue;
     }
     pollfd wait{context->event_fd, POLLIN, 0};
@@ -68,13 +68,7 @@ void ProgressLoop(Context* context) {
 int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out,
          rdv_transport_error_t* error) {
   auto* context = new Context;
-  if (params != nullptr && (params->field_mask & RDV_TRANSPORT_INIT_FIELD_LOG)) {
-    context->log = params->log;
-    context->log_user = params->log_user;
-  }
-  if (params != nullptr && (params->field_mask & RDV_TRANSPORT_INIT_FIELD_LOG_LEVEL)) {
-    context->log_level = params->log_level;
-  }
+  context->log.Configure(params);
   const char* progress = std::getenv("RDV_UCX_PROGRESS");
   if (progress != nullptr && *progress != '\0' && std::strcmp(progress, "poll") != 0 &&
       std::strcmp(progress, "wait") != 0) {
@@ -101,7 +95,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
     return UcxError(error, status, "ucp_config_read (check the UCX_* variables)");
   }
   const std::string tuned = ApplyTunedDefaults(
-      config, [context](const std::string& warning) { context->Log(1, warning); });
+      config, [context](const std::string& warning) { context->log(1, warning); });
   ucp_params_t ucp_params{};
   ucp_params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   ucp_params.features = UCP_FEATURE_RMA | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -133,7 +127,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
                          (context->preferred_op == RDV_TRANSPORT_OP_TAG ? "tagged" : "get") +
                          ", progress " + (context->busy_poll ? "poll" : "wait") +
                          (context->cuda_memory ? ", CUDA memory" : ", host memory only") + tuned;
-  context->Log(2, "UCX transport: " + context->description);
+  context->log(2, "UCX transport: " + context->description);
   context->progress = std::thread(ProgressLoop, context);
   *out = reinterpret_cast<rdv_transport_context_t>(context);
   return RDV_TRANSPORT_OK;

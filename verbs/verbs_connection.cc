@@ -178,7 +178,7 @@ void Accept(Context* context) {
   rdv_transport_error_t error{};
   if (!ReceiveInfo(socket_fd, &peer) || (qp = CreateQp(context)) == nullptr ||
       ConnectQp(context, qp, psn, peer, &error) != RDV_TRANSPORT_OK) {
-    context->Log(1, std::string("refused a peer's connection: ") +
+    context->log(1, std::string("refused a peer's connection: ") +
                         (error.message[0] ? error.message : "bad QP info or no QP"));
     if (qp != nullptr) ibv_destroy_qp(qp);
     close(socket_fd);

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "plugin/plugin_support.h"
 #include "plugin/rdv_transport.h"
 
 namespace rdv::verbs {
@@ -154,13 +155,8 @@ struct Context {
   std::mt19937 random{std::random_device{}()};
   std::mutex random_mu;
 
-  rdv_transport_log_fn log = nullptr;
-  void* log_user = nullptr;
-  int log_level = 1;
+  plugin_support::PluginLog log;  // the host's logger
 
-  void Log(int level, const std::string& message) const {
-    if (log != nullptr && level <= log_level) log(log_user, level, message.c_str());
-  }
   uint32_t NewPsn() {
     std::lock_guard lock(random_mu);
     return random() & 0xffffff;

@@ -48,7 +48,7 @@ void Finalize(rdv_transport_context_t handle) {
     std::unique_lock lock(context->endpoints_mu);
     if (!context->endpoints_gone.wait_for(lock, std::chrono::seconds(10),
                                           [&] { return context->live_endpoints == 0; })) {
-      context->Log(0, "finalize with endpoints still open; their QPs leak");
+      context->log(0, "finalize with endpoints still open; their QPs leak");
     }
   }
   context->stop = true;
@@ -75,11 +75,7 @@ void Finalize(rdv_transport_context_t handle) {
 int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out,
          rdv_transport_error_t* error) {
   auto context = std::make_unique<Context>();
-  if (params->field_mask & RDV_TRANSPORT_INIT_FIELD_LOG) {
-    context->log = params->log;
-    context->log_user = params->log_user;
-  }
-  if (params->field_mask & RDV_TRANSPORT_INIT_FIELD_LOG_LEVEL) context->log_level = params->log_level;
+  context->log.Configure(params);
   int code = ReadSettings(&context->settings, error);
   if (code == RDV_TRANSPORT_OK) code = OpenDevice(context.get(), error);
   if (code != RDV_TRANSPORT_OK) {
@@ -105,7 +101,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
   }
   std::string gpu_why;
   c->gpu_path = ChooseGpuPath(c->pd, &gpu_why);
-  c->Log(2, std::string("GPU memory path: ") + GpuPathName(c->gpu_path) + " (" + gpu_why +
+  c->log(2, std::string("GPU memory path: ") + GpuPathName(c->gpu_path) + " (" + gpu_why +
                 (c->gpu_path == GpuPath::kNone ? "; GPU tensors are staged through host memory)"
                                                : ")"));
   c->description = std::string("verbs ") + ibv_get_device_name(c->device->device) + " port " +

@@ -171,7 +171,7 @@ TEST_F(HostileProducerTest, GarbageProducerAddressFailsTheRecv) {
   if (consumer_ == nullptr) return;
   TensorMeta meta = ForgedMeta(DType::kUInt8, {65536}, 0);
   TransportDescriptor* transport = meta.mutable_transport();
-  transport->set_op(RDV_TRANSPORT_OP_GET);
+  transport->set_op(TRANSFER_OP_GET);
   transport->set_transfer_id(1);
   transport->set_length(65536);
   transport->set_address(0x10000);
@@ -192,7 +192,7 @@ TEST_F(HostileProducerTest, TaggedSendThatNeverComesFailsTheRecvWithinThePeerTim
   if (consumer_ == nullptr) return;
   TensorMeta meta = ForgedMeta(DType::kUInt8, {65536}, 0);
   TransportDescriptor* transport = meta.mutable_transport();
-  transport->set_op(RDV_TRANSPORT_OP_TAG);
+  transport->set_op(TRANSFER_OP_TAG);
   transport->set_transfer_id(12345);
   transport->set_length(65536);
   transport->set_producer_transport_address(consumer_->data_plane()->local_address());

@@ -1,27 +1,14 @@
 #include "core/environment.h"
 
-#include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace rdv::env {
 namespace {
 
-// Sets one variable for the test, then puts the old value back.
-class ScopedVariable {
- public:
-  ScopedVariable(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) saved_ = old;
-    value != nullptr ? setenv(name, value, 1) : unsetenv(name);
-  }
-  ~ScopedVariable() { saved_ ? setenv(name_, saved_->c_str(), 1) : unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> saved_;
-};
+using testing::ScopedVariable;
 
 constexpr char kName[] = "RDV_ENVIRONMENT_TEST_VALUE";
 

@@ -108,6 +108,15 @@ void Fill(TransportMemory& memory, int seed) {
   for (size_t i = 0; i < memory.length(); ++i) bytes[i] = static_cast<unsigned char>(i * 7 + seed);
 }
 
+// Gets all of `source` (a peer's memory) into `destination` through
+// `endpoint` of `to`.
+void GetWhole(const Transport& to, const TransportEndpoint& endpoint, TransportMemory& destination,
+              const TransportMemory& source, size_t length, TransportDone done) {
+  to.Get(endpoint, destination.address(), destination,
+         reinterpret_cast<uint64_t>(source.address()), source.remote_key(), length,
+         std::move(done));
+}
+
 // Every transport plugin passes these.
 class TransportConformanceTest : public ::testing::TestWithParam<std::string> {};
 
@@ -203,8 +212,7 @@ TEST_P(TransportConformanceTest, AbortedEndpointEndsItsTransfersAndRefusesMore) 
   Notification done;
   std::atomic<int> calls{0};
   absl::Status status;
-  b->Get(**endpoint, (*destination)->address(), **destination,
-         reinterpret_cast<uint64_t>((*source)->address()), (*source)->remote_key(), length,
+  GetWhole(*b, **endpoint, **destination, **source, length,
          [&](absl::Status s) {
            status = s;
            if (calls.fetch_add(1) == 0) done.Notify();
@@ -214,8 +222,7 @@ TEST_P(TransportConformanceTest, AbortedEndpointEndsItsTransfersAndRefusesMore) 
   EXPECT_TRUE(status.ok() || absl::IsCancelled(status)) << status;
   Notification refused;
   absl::Status after;
-  b->Get(**endpoint, (*destination)->address(), **destination,
-         reinterpret_cast<uint64_t>((*source)->address()), (*source)->remote_key(), length,
+  GetWhole(*b, **endpoint, **destination, **source, length,
          [&](absl::Status s) {
            after = s;
            refused.Notify();
@@ -280,8 +287,7 @@ TEST_P(TransportConformanceTest, CallbacksRunOnTheProgressThreadAndARefusalHasNo
   auto endpoint = b->Connect(*a->LocalAddress());
   ASSERT_TRUE(source.ok() && destination.ok() && endpoint.ok());
   Completion posted;
-  b->Get(**endpoint, (*destination)->address(), **destination,
-         reinterpret_cast<uint64_t>((*source)->address()), (*source)->remote_key(), length,
+  GetWhole(*b, **endpoint, **destination, **source, length,
          posted.Callback());
   ASSERT_TRUE(posted.Wait());
   ASSERT_TRUE(posted.status.ok()) << posted.status;
@@ -289,8 +295,7 @@ TEST_P(TransportConformanceTest, CallbacksRunOnTheProgressThreadAndARefusalHasNo
 
   (*endpoint)->Abort();
   Completion refused;
-  b->Get(**endpoint, (*destination)->address(), **destination,
-         reinterpret_cast<uint64_t>((*source)->address()), (*source)->remote_key(), length,
+  GetWhole(*b, **endpoint, **destination, **source, length,
          refused.Callback());
   ASSERT_TRUE(refused.Wait());
   EXPECT_EQ(refused.status.code(), absl::StatusCode::kUnavailable) << refused.status;
@@ -312,8 +317,7 @@ TEST_P(TransportConformanceTest, DisconnectWithATransferInFlightEndsItOnce) {
   auto endpoint = b->Connect(*a->LocalAddress());
   ASSERT_TRUE(source.ok() && destination.ok() && endpoint.ok());
   Completion in_flight;
-  b->Get(**endpoint, (*destination)->address(), **destination,
-         reinterpret_cast<uint64_t>((*source)->address()), (*source)->remote_key(), length,
+  GetWhole(*b, **endpoint, **destination, **source, length,
          in_flight.Callback());
   endpoint->reset();
   ASSERT_TRUE(in_flight.Wait()) << "a disconnected endpoint left its transfer waiting";

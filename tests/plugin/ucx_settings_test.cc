@@ -8,23 +8,12 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "plugin/transport.h"
+#include "tests/test_util.h"
 
 namespace rdv::plugin {
 namespace {
 
-// Sets (or, given nullptr, unsets) one environment variable for a scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) saved_ = old;
-    value ? setenv(name, value, 1) : unsetenv(name);
-  }
-  ~ScopedEnv() { saved_ ? setenv(name_, saved_->c_str(), 1) : unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> saved_;
-};
+using testing::ScopedVariable;
 
 // rdv's UCX segment defaults apply only where UCX may open a transport that
 // reads them and the user has not chosen: UCX warns of a setting no
@@ -47,10 +36,10 @@ TEST(UcxTransportTest, TunesSegmentsOnlyWhereTheirTransportIsAllowedAndUnset) {
       {"posix,cma,self", "UCX_SYSV_SEG_SIZE", false, false},
   };
   for (const auto& c : cases) {
-    ScopedEnv tls("UCX_TLS", c.tls);
-    ScopedEnv tcp("UCX_TCP_RX_SEG_SIZE", nullptr);
-    ScopedEnv sysv("UCX_SYSV_SEG_SIZE", nullptr);
-    std::optional<ScopedEnv> user;
+    ScopedVariable tls("UCX_TLS", c.tls);
+    ScopedVariable tcp("UCX_TCP_RX_SEG_SIZE", nullptr);
+    ScopedVariable sysv("UCX_SYSV_SEG_SIZE", nullptr);
+    std::optional<ScopedVariable> user;
     if (c.user_variable != nullptr) user.emplace(c.user_variable, "16K");
     auto transport = Transport::Load("ucx");
     ASSERT_TRUE(transport.ok()) << transport.status();
@@ -74,8 +63,8 @@ TEST(UcxTransportTest, GetsOnlyWhereTheNicConfinesTheRead) {
                {"sm,tcp", true},       {"rc_verbs,tcp", true},      {"posix,cma,self", true},
                {"ud_verbs", true},     {"rc_verbs,ud_verbs", false}, {"rc_verbs,self", false},
                {"dc_mlx5", false},     {"ib", false}};
-  ScopedEnv op("RDV_UCX_OP", nullptr);
-  ScopedEnv unset_tls("UCX_TLS", nullptr);
+  ScopedVariable op("RDV_UCX_OP", nullptr);
+  ScopedVariable unset_tls("UCX_TLS", nullptr);
   {
     auto transport = Transport::Load("ucx");
     ASSERT_TRUE(transport.ok()) << transport.status();
@@ -83,7 +72,7 @@ TEST(UcxTransportTest, GetsOnlyWhereTheNicConfinesTheRead) {
   }
   const bool require_rdma = std::getenv("RDV_TEST_REQUIRE_RDMA") != nullptr;
   for (const auto& c : cases) {
-    ScopedEnv tls("UCX_TLS", c.tls);
+    ScopedVariable tls("UCX_TLS", c.tls);
     auto transport = Transport::Load("ucx");
     // RDMA-only settings load where a device is (tests/softroce).
     if (!transport.ok() && !require_rdma &&
@@ -97,7 +86,7 @@ TEST(UcxTransportTest, GetsOnlyWhereTheNicConfinesTheRead) {
 }
 
 TEST(UcxTransportTest, RefusesAnUnknownOp) {
-  ScopedEnv op("RDV_UCX_OP", "put");
+  ScopedVariable op("RDV_UCX_OP", "put");
   auto transport = Transport::Load("ucx");
   ASSERT_EQ(transport.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(transport.status().message().find("RDV_UCX_OP='put'"), absl::string_view::npos)
@@ -106,16 +95,16 @@ TEST(UcxTransportTest, RefusesAnUnknownOp) {
 
 // UCX would hang at the first transfer of a 64 KiB segment or more.
 TEST(UcxTransportTest, RefusesSharedMemorySegmentsThatHangUcx) {
-  ScopedEnv tls("UCX_TLS", "posix,cma,self");
+  ScopedVariable tls("UCX_TLS", "posix,cma,self");
   for (const char* name : {"UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE", "UCX_MM_SEG_SIZE"}) {
-    ScopedEnv segment(name, "64K");
+    ScopedVariable segment(name, "64K");
     auto transport = Transport::Load("ucx");
     ASSERT_EQ(transport.status().code(), absl::StatusCode::kInvalidArgument) << name;
     const std::string message(transport.status().message());
     EXPECT_NE(message.find(std::string(name) + "=64K"), std::string::npos) << message;
     EXPECT_NE(message.find("at most 60000"), std::string::npos) << message;
   }
-  ScopedEnv accepted("UCX_POSIX_SEG_SIZE", "60000");
+  ScopedVariable accepted("UCX_POSIX_SEG_SIZE", "60000");
   EXPECT_TRUE(Transport::Load("ucx").ok());
 }
 
