@@ -108,13 +108,29 @@ void Fill(TransportMemory& memory, int seed) {
   for (size_t i = 0; i < memory.length(); ++i) bytes[i] = static_cast<unsigned char>(i * 7 + seed);
 }
 
-// Gets all of `source` (a peer's memory) into `destination` through
-// `endpoint` of `to`.
-void GetWhole(const Transport& to, const TransportEndpoint& endpoint, TransportMemory& destination,
-              const TransportMemory& source, size_t length, TransportDone done) {
-  to.Get(endpoint, destination.address(), destination,
-         reinterpret_cast<uint64_t>(source.address()), source.remote_key(), length,
-         std::move(done));
+// A get of `length` bytes from memory of context a into memory of context
+// b, through an endpoint of b: what the cases that post one need.
+struct GetBetween {
+  std::unique_ptr<TransportMemory> source;       // in a
+  std::unique_ptr<TransportMemory> destination;  // in b
+  std::unique_ptr<TransportEndpoint> endpoint;   // b to a
+  size_t length = 0;
+
+  void Post(const Transport& b, TransportDone done) const {
+    b.Get(*endpoint, destination->address(), *destination,
+          reinterpret_cast<uint64_t>(source->address()), source->remote_key(), length,
+          std::move(done));
+  }
+};
+
+absl::StatusOr<GetBetween> PrepareGet(const Transport& a, const Transport& b, size_t length) {
+  GetBetween get;
+  get.length = length;
+  RDV_ASSIGN_OR_RETURN(get.source, a.Allocate(length));
+  RDV_ASSIGN_OR_RETURN(get.destination, b.Allocate(length));
+  RDV_ASSIGN_OR_RETURN(const std::string address, a.LocalAddress());
+  RDV_ASSIGN_OR_RETURN(get.endpoint, b.Connect(address));
+  return get;
 }
 
 // Every transport plugin passes these.
@@ -204,32 +220,27 @@ TEST_P(TransportConformanceTest, ForgedAddressIsAnErrorNotACrash) {
 TEST_P(TransportConformanceTest, AbortedEndpointEndsItsTransfersAndRefusesMore) {
   RDV_LOAD_OR_SKIP(a, GetParam());
   RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true);
-  const size_t length = size_t{16} << 20;
-  auto source = a->Allocate(length);
-  auto destination = b->Allocate(length);
-  auto endpoint = b->Connect(*a->LocalAddress());
-  ASSERT_TRUE(source.ok() && destination.ok() && endpoint.ok());
+  absl::StatusOr<GetBetween> get = PrepareGet(*a, *b, size_t{16} << 20);
+  ASSERT_TRUE(get.ok()) << get.status();
   Notification done;
   std::atomic<int> calls{0};
   absl::Status status;
-  GetWhole(*b, **endpoint, **destination, **source, length,
-         [&](absl::Status s) {
-           status = s;
-           if (calls.fetch_add(1) == 0) done.Notify();
-         });
-  (*endpoint)->Abort();
+  get->Post(*b, [&](absl::Status s) {
+    status = s;
+    if (calls.fetch_add(1) == 0) done.Notify();
+  });
+  get->endpoint->Abort();
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_TRUE(status.ok() || absl::IsCancelled(status)) << status;
   Notification refused;
   absl::Status after;
-  GetWhole(*b, **endpoint, **destination, **source, length,
-         [&](absl::Status s) {
-           after = s;
-           refused.Notify();
-         });
+  get->Post(*b, [&](absl::Status s) {
+    after = s;
+    refused.Notify();
+  });
   ASSERT_TRUE(refused.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable) << after;
-  endpoint->reset();
+  get->endpoint.reset();
   EXPECT_EQ(calls.load(), 1);
   MovesBytesBetweenTwoContexts(a, b, /*put=*/false);
 }
@@ -281,25 +292,20 @@ struct Completion {
 TEST_P(TransportConformanceTest, CallbacksRunOnTheProgressThreadAndARefusalHasNone) {
   RDV_LOAD_OR_SKIP(a, GetParam());
   RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true);
-  const size_t length = 4096;
-  auto source = a->Allocate(length);
-  auto destination = b->Allocate(length);
-  auto endpoint = b->Connect(*a->LocalAddress());
-  ASSERT_TRUE(source.ok() && destination.ok() && endpoint.ok());
+  absl::StatusOr<GetBetween> get = PrepareGet(*a, *b, 4096);
+  ASSERT_TRUE(get.ok()) << get.status();
   Completion posted;
-  GetWhole(*b, **endpoint, **destination, **source, length,
-         posted.Callback());
+  get->Post(*b, posted.Callback());
   ASSERT_TRUE(posted.Wait());
   ASSERT_TRUE(posted.status.ok()) << posted.status;
   EXPECT_NE(posted.thread, std::this_thread::get_id());
 
-  (*endpoint)->Abort();
+  get->endpoint->Abort();
   Completion refused;
-  GetWhole(*b, **endpoint, **destination, **source, length,
-         refused.Callback());
+  get->Post(*b, refused.Callback());
   ASSERT_TRUE(refused.Wait());
   EXPECT_EQ(refused.status.code(), absl::StatusCode::kUnavailable) << refused.status;
-  endpoint->reset();
+  get->endpoint.reset();
   a.reset();
   b.reset();  // finalize: anything the plugin still owed has run by now
   EXPECT_EQ(posted.calls.load(), 1);
@@ -311,15 +317,11 @@ TEST_P(TransportConformanceTest, CallbacksRunOnTheProgressThreadAndARefusalHasNo
 TEST_P(TransportConformanceTest, DisconnectWithATransferInFlightEndsItOnce) {
   RDV_LOAD_OR_SKIP(a, GetParam());
   RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true);
-  const size_t length = size_t{16} << 20;
-  auto source = a->Allocate(length);
-  auto destination = b->Allocate(length);
-  auto endpoint = b->Connect(*a->LocalAddress());
-  ASSERT_TRUE(source.ok() && destination.ok() && endpoint.ok());
+  absl::StatusOr<GetBetween> get = PrepareGet(*a, *b, size_t{16} << 20);
+  ASSERT_TRUE(get.ok()) << get.status();
   Completion in_flight;
-  GetWhole(*b, **endpoint, **destination, **source, length,
-         in_flight.Callback());
-  endpoint->reset();
+  get->Post(*b, in_flight.Callback());
+  get->endpoint.reset();
   ASSERT_TRUE(in_flight.Wait()) << "a disconnected endpoint left its transfer waiting";
   EXPECT_TRUE(in_flight.status.ok() || absl::IsCancelled(in_flight.status)) << in_flight.status;
   MovesBytesBetweenTwoContexts(a, b, /*put=*/false);
