@@ -9,7 +9,25 @@
 namespace rdv::control {
 namespace {
 
+// Ends the count of a worker's calls when destroyed.
+struct CountedCall {
+  explicit CountedCall(std::shared_ptr<CallsInFlight> counted) : calls(std::move(counted)) {
+    calls->Begin();
+  }
+  ~CountedCall() { calls->End(); }
+  CountedCall(const CountedCall&) = delete;
+  CountedCall& operator=(const CountedCall&) = delete;
+  const std::shared_ptr<CallsInFlight> calls;
+};
+
+// Members go in reverse order: the context, which holds a reference to the
+// worker's channel, before the count ends. Once it ends, the worker cache
+// may let the worker go, and the last reference to a channel must not go
+// on gRPC's own thread (destroying a channel there frees what that thread
+// still uses).
 struct HandshakeCall {
+  explicit HandshakeCall(std::shared_ptr<CallsInFlight> calls) : counted(std::move(calls)) {}
+  CountedCall counted;
   grpc::ClientContext context;
   HandshakeRequest request;
   HandshakeResponse response;
@@ -39,18 +57,17 @@ void LearnTransferOp(const std::shared_ptr<WorkerClient>& worker, const Handshak
       worker->handshake_started.exchange(true)) {
     return;
   }
-  auto call = std::make_shared<HandshakeCall>();
+  auto call = std::make_shared<HandshakeCall>(worker->calls);
   call->request = request;
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + worker->peer_timeout));
-  worker->calls->Begin();
+  // The callback holds the worker weakly and the call (context, count)
+  // strongly: whichever copy of it gRPC destroys last ends the count.
   worker->stub->async()->Handshake(
       &call->context, &call->request, &call->response,
-      [call, client = worker, calls = worker->calls, transport_name](grpc::Status status) mutable {
-        Learn(*client, status, call->response, transport_name);
-        // Never the last reference here: the cache keeps its own until the
-        // calls it counts have ended.
-        client.reset();
-        calls->End();
+      [call, weak = std::weak_ptr<WorkerClient>(worker), transport_name](grpc::Status status) {
+        if (std::shared_ptr<WorkerClient> client = weak.lock()) {
+          Learn(*client, status, call->response, transport_name);
+        }
       });
 }
 

@@ -194,8 +194,12 @@ void RecvExchange::CallEnded(const grpc::Status& grpc_status) {
   const std::shared_ptr<RecvExchange> self = shared_from_this();
   absl::Status status;
   std::shared_ptr<SideTransfer> pending;
+  absl::Duration peer_timeout;
   {
     std::lock_guard lock(mu_);
+    // Read before call_ended_ lets the transfer's end finish (and take
+    // worker_).
+    peer_timeout = worker_->peer_timeout;
     call_ended_ = true;
     status = CallStatus(*worker_, grpc_status, abort_status_);
     if (side_started_ && !side_ended_) pending = side_;
@@ -206,18 +210,25 @@ void RecvExchange::CallEnded(const grpc::Status& grpc_status) {
     pending->Cancel();  // a tagged receive would wait for a send that failed
   } else if (pending != nullptr) {
     // The producer's part is done; the bytes are on their way.
-    pending->ExpectArrivalWithin(worker_->peer_timeout);
+    pending->ExpectArrivalWithin(peer_timeout);
     return;
   }
   Finish(std::move(status));
 }
 
 void RecvExchange::Finish(absl::Status status) {
+  // Let go of the worker before `done`: a driver that ends its count of
+  // calls in `done` (RecvTensorCall) lets the worker cache drop its own
+  // reference, and the last one must not go here, on gRPC's thread, where
+  // destroying the channel frees what its own threads still use.
+  std::shared_ptr<WorkerClient> worker = std::move(worker_);
   if (!status.ok()) {
+    worker.reset();
     std::move(done_)(std::move(status), Tensor(), false);
     return;
   }
-  ReleaseFetched(*worker_, step_id_, decoder_->meta());
+  ReleaseFetched(*worker, step_id_, decoder_->meta());
+  worker.reset();
   absl::StatusOr<Tensor> tensor = decoder_->Finish();
   if (!tensor.ok()) {
     std::move(done_)(tensor.status(), Tensor(), false);

@@ -93,7 +93,7 @@ class RecvExchange : public std::enable_shared_from_this<RecvExchange> {
   void Finish(absl::Status status);
   void MoveToDestination(Tensor tensor, bool is_dead);
 
-  const std::shared_ptr<WorkerClient> worker_;
+  std::shared_ptr<WorkerClient> worker_;  // let go of by Finish, before `done`
   DataPlane* const data_plane_;
   const std::string key_;
   const int64_t step_id_;
