@@ -9,17 +9,6 @@
 namespace rdv::control {
 namespace {
 
-// Ends the count of a worker's calls when destroyed.
-struct CountedCall {
-  explicit CountedCall(std::shared_ptr<CallsInFlight> counted) : calls(std::move(counted)) {
-    calls->Begin();
-  }
-  ~CountedCall() { calls->End(); }
-  CountedCall(const CountedCall&) = delete;
-  CountedCall& operator=(const CountedCall&) = delete;
-  const std::shared_ptr<CallsInFlight> calls;
-};
-
 // Members go in reverse order: the context, which holds a reference to the
 // worker's channel, before the count ends. Once it ends, the worker cache
 // may let the worker go, and the last reference to a channel must not go
@@ -27,7 +16,7 @@ struct CountedCall {
 // still uses).
 struct HandshakeCall {
   explicit HandshakeCall(std::shared_ptr<CallsInFlight> calls) : counted(std::move(calls)) {}
-  CountedCall counted;
+  CountedCall counted;  // first: ends last
   grpc::ClientContext context;
   HandshakeRequest request;
   HandshakeResponse response;

@@ -43,7 +43,8 @@ std::shared_ptr<SideTransfer> SideTransfer::Start(std::shared_ptr<WorkerClient> 
 
 SideTransfer::SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
                            std::string what, Done done)
-    : worker_(std::move(worker)),
+    : counted_(worker->calls),
+      worker_(std::move(worker)),
       data_plane_(data_plane),
       what_(std::move(what)),
       done_(std::move(done)) {}

@@ -55,6 +55,7 @@ class SideTransfer {
   bool Claim();
   void Unwatch();
 
+  CountedCall counted_;  // first: the count ends after worker_ is gone
   const std::shared_ptr<WorkerClient> worker_;  // for its watch
   DataPlane* const data_plane_;
   // "the transfer of 'KEY' (N bytes) from worker W at A", for its errors.

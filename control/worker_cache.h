@@ -45,6 +45,25 @@ class CallsInFlight {
   int count_ = 0;  // guarded by mu_
 };
 
+// Counts one call (or anything else that holds a WorkerClient) for as
+// long as it lives. Declared before the holder's WorkerClient reference,
+// it ends the count after that reference is gone: the cache, which waits
+// for the count, then holds the last reference, and the client (its
+// channel, its watch) never goes on gRPC's, a transport's or the watch's
+// own thread.
+class CountedCall {
+ public:
+  explicit CountedCall(std::shared_ptr<CallsInFlight> calls) : calls_(std::move(calls)) {
+    calls_->Begin();
+  }
+  ~CountedCall() { calls_->End(); }
+  CountedCall(const CountedCall&) = delete;
+  CountedCall& operator=(const CountedCall&) = delete;
+
+ private:
+  const std::shared_ptr<CallsInFlight> calls_;
+};
+
 struct WorkerClient {
   std::string worker_name;
   std::string address;
