@@ -25,15 +25,4 @@ TensorRoute ChooseRoute(const RecvTensorRequest& request, const Tensor& value, b
   return plane->MovesCudaMemory() ? TensorRoute::kOffer : TensorRoute::kStageThenOffer;
 }
 
-const char* RouteName(TensorRoute route) {
-  switch (route) {
-    case TensorRoute::kStream: return "stream";
-    case TensorRoute::kStreamFromDevice: return "stream from device";
-    case TensorRoute::kOffer: return "offer";
-    case TensorRoute::kStageThenOffer: return "stage then offer";
-    case TensorRoute::kLendByCudaIpc: return "lend by CUDA IPC";
-  }
-  return "unknown";
-}
-
 }  // namespace rdv::control

@@ -31,6 +31,4 @@ enum class TensorRoute {
 TensorRoute ChooseRoute(const RecvTensorRequest& request, const Tensor& value, bool is_dead,
                         const DataPlane* plane, bool may_lend);
 
-const char* RouteName(TensorRoute route);
-
 }  // namespace rdv::control
