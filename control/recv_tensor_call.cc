@@ -63,17 +63,15 @@ void EndWith(RecvExchange& exchange, const absl::Status& status) {
 RecvTensorCall::RecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
                                RecvTensorRequest request, MemoryLocation destination,
                                Detach detach, Done done)
-    : worker_(std::move(worker)),
-      calls_(worker_->calls),
+    : counted_(worker->calls),
+      worker_(std::move(worker)),
       request_(std::move(request)),
       detach_(std::move(detach)),
       done_(std::move(done)),
       exchange_(RecvExchange::Create(worker_, data_plane, request_, destination,
                                      [this](absl::Status status, Tensor tensor, bool is_dead) {
                                        Complete(std::move(status), std::move(tensor), is_dead);
-                                     })) {
-  calls_->Begin();
-}
+                                     })) {}
 
 void RecvTensorCall::Start() {
   if (const absl::Status serialized = SerializeRequest(request_, &request_buffer_);
@@ -110,12 +108,7 @@ void RecvTensorCall::OnDone(const grpc::Status& status) { exchange_->CallEnded(s
 void RecvTensorCall::Complete(absl::Status status, Tensor tensor, bool is_dead) {
   std::move(detach_)(this);
   std::move(done_)(std::move(status), std::move(tensor), is_dead);
-  // Drops the WorkerClient (and channel) reference while the cache, which
-  // waits for calls_, still holds its own: never the last one, here on
-  // gRPC's thread.
-  const std::shared_ptr<CallsInFlight> calls = calls_;
   delete this;
-  calls->End();
 }
 
 struct BlockingRecvTensorCall::Result {

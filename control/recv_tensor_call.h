@@ -50,8 +50,10 @@ class RecvTensorCall final : public AbortableCall,
  private:
   void Complete(absl::Status status, Tensor tensor, bool is_dead);
 
+  // First: the count ends after everything below (worker_, context_, the
+  // exchange) is gone, so the cache keeps the worker's last reference.
+  CountedCall counted_;
   std::shared_ptr<WorkerClient> worker_;
-  const std::shared_ptr<CallsInFlight> calls_;  // of worker_, Ended after it is dropped
   const RecvTensorRequest request_;
   Detach detach_;
   Done done_;
