@@ -18,11 +18,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "control/worker_server.h"
 #include "core/logging.h"
+#include "plugin/transport.h"
 
 ABSL_FLAG(std::string, job, "worker", "job name of this worker");
 ABSL_FLAG(int, task, 0, "task index of this worker within its job");
@@ -34,6 +37,11 @@ ABSL_FLAG(std::string, cluster_file, "",
           "cluster as a JSON file: {\"worker\": [\"host:port\", ...]}");
 ABSL_FLAG(std::string, protocol, "grpc",
           "grpc, or grpc+<transport> (grpc+ucx) to move payloads through a transport plugin");
+ABSL_FLAG(std::string, transport_settings, "",
+          "settings of the data-plane transport as name=value;name=value (`rdv-worker "
+          "--list_transport_settings=ucx` lists them); one left out is read from its variable");
+ABSL_FLAG(std::string, list_transport_settings, "",
+          "print the settings transport NAME takes (its variable, default, meaning) and exit");
 ABSL_FLAG(bool, enable_driver, false,
           "serve DriverService, so that tests and benchmarks can make this worker Send");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -99,6 +107,35 @@ absl::StatusOr<rdv::control::SecurityOptions> ReadSecurity(
   return security;
 }
 
+absl::StatusOr<rdv::plugin::TransportSettings> ParseTransportSettings(absl::string_view text) {
+  rdv::plugin::TransportSettings settings;
+  for (absl::string_view item : absl::StrSplit(text, ';', absl::SkipWhitespace())) {
+    const std::pair<absl::string_view, absl::string_view> pair =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (pair.first.empty() || !absl::StrContains(item, '=')) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--transport_settings: '", item, "' is not name=value (separate settings with ';')"));
+    }
+    settings[std::string(pair.first)] = std::string(pair.second);
+  }
+  return settings;
+}
+
+// Prints what transport `name` takes, as ucx_info -c lists UCX's.
+absl::Status ListTransportSettings(absl::string_view name) {
+  RDV_ASSIGN_OR_RETURN(std::vector<rdv::plugin::TransportSetting> settings,
+                       rdv::plugin::Transport::ListSettings(name));
+  std::cout << "# the settings of transport " << name
+            << " (--transport_settings=name=value;..., or the variable)\n";
+  for (const rdv::plugin::TransportSetting& setting : settings) {
+    std::cout << setting.name << "  " << setting.environment << "  default '"
+              << setting.default_value << "'"
+              << (setting.value.empty() ? "" : ", now '" + setting.value + "'") << "\n    "
+              << setting.description << "\n";
+  }
+  return absl::OkStatus();
+}
+
 // A worker asked to stop exits within a bound, even with a transfer stuck
 // on a peer that neither answers nor has been declared lost yet.
 void ExitIfStuckAfter(absl::Duration limit) {
@@ -117,6 +154,8 @@ absl::Status Run() {
   options.task = absl::GetFlag(FLAGS_task);
   options.enable_driver = absl::GetFlag(FLAGS_enable_driver);
   options.protocol = absl::GetFlag(FLAGS_protocol);
+  RDV_ASSIGN_OR_RETURN(options.data_plane.transport_settings,
+                       ParseTransportSettings(absl::GetFlag(FLAGS_transport_settings)));
   RDV_ASSIGN_OR_RETURN(options.cluster, ReadCluster());
   RDV_ASSIGN_OR_RETURN(options.control.security, ReadSecurity(options.control.security));
   options.listen_address = absl::GetFlag(FLAGS_listen);
@@ -157,7 +196,8 @@ int main(int argc, char** argv) {
   // Debian's Abseil checks every absl::Mutex acquisition for deadlock cycles
   // under a global lock, gRPC's included; a program may turn that off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  const absl::Status status = Run();
+  const std::string listed = absl::GetFlag(FLAGS_list_transport_settings);
+  const absl::Status status = listed.empty() ? Run() : ListTransportSettings(listed);
   if (!status.ok()) {
     std::cerr << "rdv-worker: " << status << "\n";
     return 1;

@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Create(absl::string_view p
         absl::StrCat("protocol '", protocol, "': expected grpc or grpc+<transport>"));
   }
   RDV_ASSIGN_OR_RETURN(std::shared_ptr<plugin::Transport> transport,
-                       plugin::Transport::Load(name));
+                       plugin::Transport::Load(name, options.transport_settings));
   std::unique_ptr<DataPlane> plane(
       new DataPlane(std::string(protocol), options, std::move(transport)));
   RDV_ASSIGN_OR_RETURN(plane->local_address_, plane->transport_->LocalAddress());
@@ -58,7 +58,8 @@ DataPlane::DataPlane(std::string protocol, DataPlaneOptions options,
       transfer_op_(transport_->preferred_op() == RDV_TRANSPORT_OP_TAG ? TRANSFER_OP_TAG
                                                                        : TRANSFER_OP_GET),
       allocator_(std::make_shared<plugin::TransportAllocator>(transport_, options.pool_cache_bytes)),
-      registrations_(transport_, allocator_, options.registration_cache_bytes) {}
+      registrations_(transport_, allocator_, options.registration_cache_bytes),
+      endpoints_(transport_) {}
 
 TransportAddress DataPlane::Describe() const {
   TransportAddress described;
@@ -70,29 +71,7 @@ TransportAddress DataPlane::Describe() const {
 
 DataPlane::~DataPlane() {
   held_.Clear();
-  std::lock_guard lock(mu_);
-  endpoints_.clear();
-}
-
-absl::StatusOr<std::shared_ptr<plugin::TransportEndpoint>> DataPlane::EndpointTo(
-    absl::string_view address) {
-  {
-    std::lock_guard lock(mu_);
-    if (auto it = endpoints_.find(address); it != endpoints_.end()) return it->second;
-  }
-  // Outside the lock: a connect may take a while (verbs swaps queue-pair
-  // details over TCP), and other transfers must not wait for it.
-  absl::StatusOr<std::unique_ptr<plugin::TransportEndpoint>> made = transport_->Connect(address);
-  if (!made.ok()) return made.status();
-  std::shared_ptr<plugin::TransportEndpoint> endpoint = *std::move(made);
-  std::lock_guard lock(mu_);
-  // Another thread may have connected meanwhile: keep one, drop the other.
-  return endpoints_.try_emplace(std::string(address), std::move(endpoint)).first->second;
-}
-
-void DataPlane::ForgetEndpoint(const std::string& address) {
-  std::lock_guard lock(mu_);
-  endpoints_.erase(address);
+  endpoints_.Shutdown();
 }
 
 absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t request_id,
@@ -108,25 +87,9 @@ absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t re
     if (consumer_address.empty()) {
       return absl::InvalidArgumentError("RecvTensor without the consumer's transport address");
     }
-    RDV_ASSIGN_OR_RETURN(std::shared_ptr<plugin::TransportEndpoint> endpoint,
-                         EndpointTo(consumer_address));
     descriptor.set_transfer_id(static_cast<uint64_t>(request_id));
-    // Shared memory never fails a send to a dead consumer by itself.
-    ConsumerLease lease =
-        consumer.Lease([weak = std::weak_ptr<plugin::TransportEndpoint>(endpoint)]() {
-          if (std::shared_ptr<plugin::TransportEndpoint> lost = weak.lock()) lost->Abort();
-        });
-    // Any failure leaves the endpoint out of service: a send has no cancel
-    // but an abort.
-    sends_in_flight_->fetch_add(1);
-    transport_->Send(*endpoint, tensor.data(), tensor.TotalBytes(), descriptor.transfer_id(),
-                     [this, endpoint, tensor, lease = std::move(lease),
-                      in_flight = sends_in_flight_, address = std::string(consumer_address),
-                      sent = std::move(sent)](absl::Status status) mutable {
-                       in_flight->fetch_sub(1);
-                       if (!status.ok()) ForgetEndpoint(address);
-                       std::move(sent)(std::move(status));
-                     });
+    SendTagged(tensor, descriptor.transfer_id(), std::string(consumer_address), consumer,
+               std::move(sent));
     return descriptor;
   }
   RDV_ASSIGN_OR_RETURN(plugin::Registration registration, registrations_.Lookup(tensor.buffer()));
@@ -138,6 +101,37 @@ absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t re
   return descriptor;
 }
 
+void DataPlane::SendTagged(Tensor tensor, uint64_t tag, const std::string& address,
+                           ConsumerWatcher consumer, plugin::TransportDone sent) {
+  sends_in_flight_->fetch_add(1);
+  endpoints_.With(address, [this, tensor = std::move(tensor), tag, address,
+                            consumer = std::move(consumer), in_flight = sends_in_flight_,
+                            sent = std::move(sent)](
+                               absl::StatusOr<EndpointCache::Endpoint> endpoint) mutable {
+    if (!endpoint.ok()) {
+      in_flight->fetch_sub(1);
+      std::move(sent)(endpoint.status());
+      return;
+    }
+    // Shared memory never fails a send to a dead consumer by itself.
+    ConsumerLease lease = consumer.Lease([weak = std::weak_ptr(*endpoint)]() {
+      if (EndpointCache::Endpoint lost = weak.lock()) lost->Abort();
+    });
+    // Any failure leaves the endpoint out of service: a send has no cancel
+    // but an abort.
+    const void* data = tensor.data();
+    const size_t length = tensor.TotalBytes();
+    transport_->Send(**endpoint, data, length, tag,
+                     [this, endpoint = *endpoint, tensor = std::move(tensor),
+                      lease = std::move(lease), in_flight, address,
+                      sent = std::move(sent)](absl::Status status) mutable {
+                       in_flight->fetch_sub(1);
+                       if (!status.ok()) endpoints_.Forget(address);
+                       std::move(sent)(std::move(status));
+                     });
+  });
+}
+
 absl::Status DataPlane::Release(const ReleasedTransfer& transfer) {
   return held_.Release(transfer);
 }
@@ -146,14 +140,7 @@ void DataPlane::DropStep(int64_t step_id) { held_.DropStep(step_id); }
 
 void DataPlane::DropAllHeld() {
   held_.Clear();
-  std::vector<std::shared_ptr<plugin::TransportEndpoint>> endpoints;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [address, endpoint] : endpoints_) endpoints.push_back(endpoint);
-    endpoints_.clear();
-  }
-  // Outside the lock: an abort runs the endpoint's callbacks.
-  for (const std::shared_ptr<plugin::TransportEndpoint>& endpoint : endpoints) endpoint->Abort();
+  endpoints_.Shutdown();
 }
 
 void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
@@ -172,7 +159,7 @@ void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
   auto on_done = [this, address, destination, in_flight = fetches_in_flight_,
                   done = std::move(done)](absl::Status status) mutable {
     in_flight->fetch_sub(1);
-    if (!status.ok() && !absl::IsCancelled(status)) ForgetEndpoint(address);
+    if (!status.ok() && !absl::IsCancelled(status)) endpoints_.Forget(address);
     // Let go first: the Recv may end, and its next one allocate, before
     // the transport drops this callback.
     destination = Tensor();
@@ -183,18 +170,26 @@ void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
                      std::move(on_done));
     return;
   }
-  absl::StatusOr<std::shared_ptr<plugin::TransportEndpoint>> endpoint = EndpointTo(address);
   absl::StatusOr<plugin::Registration> local = LocalMemory(destination);
-  if (!endpoint.ok() || !local.ok()) {
-    std::move(on_done)(!endpoint.ok() ? endpoint.status() : local.status());
+  if (!local.ok()) {
+    std::move(on_done)(local.status());
     return;
   }
-  transport_->Get(**endpoint, destination.data(), *local->memory, descriptor.address(),
-                  descriptor.remote_key(), descriptor.length(),
-                  [endpoint = *endpoint, hold = local->hold,
-                   on_done = std::move(on_done)](absl::Status status) mutable {
-                    std::move(on_done)(std::move(status));
-                  });
+  endpoints_.With(address, [this, into = destination.data(), local = *std::move(local),
+                            remote_address = descriptor.address(),
+                            remote_key = descriptor.remote_key(), length = descriptor.length(),
+                            on_done = std::move(on_done)](
+                               absl::StatusOr<EndpointCache::Endpoint> endpoint) mutable {
+    if (!endpoint.ok()) {
+      std::move(on_done)(endpoint.status());
+      return;
+    }
+    transport_->Get(**endpoint, into, *local.memory, remote_address, remote_key, length,
+                    [endpoint = *endpoint, hold = local.hold,
+                     on_done = std::move(on_done)](absl::Status status) mutable {
+                      std::move(on_done)(std::move(status));
+                    });
+  });
 }
 
 void DataPlane::CancelFetch(const TransportDescriptor& descriptor, bool producer_lost) {
@@ -203,16 +198,7 @@ void DataPlane::CancelFetch(const TransportDescriptor& descriptor, bool producer
     // an error if the sender is lost: UCX's tcp endpoints notice).
     transport_->CancelRecv(descriptor.transfer_id()).IgnoreError();
   }
-  if (!producer_lost) return;
-  std::shared_ptr<plugin::TransportEndpoint> endpoint;
-  {
-    std::lock_guard lock(mu_);
-    auto it = endpoints_.find(descriptor.producer_transport_address());
-    if (it == endpoints_.end()) return;
-    endpoint = std::move(it->second);
-    endpoints_.erase(it);
-  }
-  endpoint->Abort();
+  if (producer_lost) endpoints_.PeerLost(descriptor.producer_transport_address());
 }
 
 absl::StatusOr<plugin::Registration> DataPlane::LocalMemory(const Tensor& destination) {

@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "control/consumer_lease.h"
+#include "control/endpoint_cache.h"
 #include "control/held_transfers.h"
 #include "control/worker.pb.h"
 #include "core/tensor.h"
@@ -35,6 +36,10 @@ struct DataPlaneOptions {
   size_t pool_cache_bytes = size_t{1} << 30;
   // Registrations of foreign buffers kept. RDV_REGISTRATION_CACHE_BYTES.
   size_t registration_cache_bytes = size_t{4} << 30;
+  // The transport plugin's settings, by the names it lists
+  // (docs/configuration.md). One left out is read from its variable
+  // (RDV_UCX_OP, UCX_TLS, RDV_IB_DEVICE...) when the plugin loads.
+  plugin::TransportSettings transport_settings;
 
   static absl::StatusOr<DataPlaneOptions> FromEnvironment();
 };
@@ -73,9 +78,9 @@ class DataPlane {
   // one of a step cleaned up lately (its ack crossed the cleanup).
   absl::Status Release(const ReleasedTransfer& transfer);
   void DropStep(int64_t step_id);
-  // At shutdown: frees every held transfer and aborts every endpoint, so
-  // that sends no consumer will receive end (with an error) and let go of
-  // their consumers' leases before the worker cache goes.
+  // At shutdown: frees every held transfer, aborts every endpoint and stops
+  // connecting, so that sends no consumer will receive end (with an error)
+  // and let go of their consumers' leases before the worker cache goes.
   void DropAllHeld();
   // Tensors offered for op get and not released yet.
   size_t transfers_held() const { return held_.size(); }
@@ -103,8 +108,10 @@ class DataPlane {
  private:
   DataPlane(std::string protocol, DataPlaneOptions options,
             std::shared_ptr<plugin::Transport> transport);
-  absl::StatusOr<std::shared_ptr<plugin::TransportEndpoint>> EndpointTo(absl::string_view address);
-  void ForgetEndpoint(const std::string& address);
+  // Posts the tagged send of `tensor` once an endpoint to the consumer at
+  // `address` is there (made on the endpoint cache's thread).
+  void SendTagged(Tensor tensor, uint64_t tag, const std::string& address,
+                  ConsumerWatcher consumer, plugin::TransportDone sent);
   // The registration the transport reads into `destination` with.
   absl::StatusOr<plugin::Registration> LocalMemory(const Tensor& destination);
 
@@ -123,8 +130,7 @@ class DataPlane {
   const std::shared_ptr<std::atomic<int64_t>> sends_in_flight_ =
       std::make_shared<std::atomic<int64_t>>(0);
 
-  mutable std::mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<plugin::TransportEndpoint>> endpoints_;  // mu_
+  EndpointCache endpoints_;
 };
 
 }  // namespace rdv::control

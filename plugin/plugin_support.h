@@ -1,15 +1,23 @@
 // What every transport plugin needs besides its own protocol: error
-// messages in the ABI's shape, the host's logger, copying blobs out with the
+// messages in the ABI's shape, the host's logger, the settings init hands
+// in, the queue of work for the progress thread, copying blobs out with the
 // ABI's length convention, and a sealed envelope for remote keys and
-// addresses. Header-only, so that a
-// plugin .so stays self-contained (it links nothing of rdv's).
+// addresses. Header-only, so that a plugin .so
+// stays self-contained (it links nothing of rdv's).
 #pragma once
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <atomic>
+#include <initializer_list>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "plugin/rdv_transport.h"
 
@@ -52,6 +60,148 @@ class PluginLog {
   rdv_transport_log_fn fn_ = nullptr;
   void* user_ = nullptr;
   int level_ = 1;
+};
+
+// The settings init was given, checked against the table the plugin lists
+// (the ABI's `settings`): a plugin reads its configuration here, never from
+// the environment (the host fills what its caller left out from each
+// setting's variable). Messages name a setting as "name (VARIABLE)", so a
+// user finds it whichever way it was set.
+class PluginSettings {
+ public:
+  template <size_t N>
+  PluginSettings(const rdv_transport_setting_info_t (&table)[N], const char* plugin)
+      : table_(table), count_(N), plugin_(plugin) {}
+
+  // Takes the SETTINGS field of `params` (none when null or unset). A name
+  // the table lacks is INVALID_ARGUMENT, naming those it has.
+  int Configure(const rdv_transport_init_params_t* params, rdv_transport_error_t* error) {
+    if (params == nullptr || !(params->field_mask & RDV_TRANSPORT_INIT_FIELD_SETTINGS)) {
+      return RDV_TRANSPORT_OK;
+    }
+    for (size_t i = 0; i < params->num_settings; ++i) {
+      const rdv_transport_setting_t& given = params->settings[i];
+      if (given.name == nullptr || given.value == nullptr || Find(given.name) == nullptr) {
+        return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                        "%s: no setting '%s'; it takes: %s", plugin_,
+                        given.name != nullptr ? given.name : "(null)", Names().c_str());
+      }
+      values_.emplace_back(given.name, given.value);
+    }
+    return RDV_TRANSPORT_OK;
+  }
+
+  bool Given(const char* name) const { return Value(name) != nullptr; }
+  // The value given for `name` (one of the table's), else its default.
+  std::string Text(const char* name) const {
+    const std::string* value = Value(name);
+    return value != nullptr ? *value : Find(name)->default_value;
+  }
+  // The index in `choices` of the value of `name`; INVALID_ARGUMENT else.
+  int Choice(const char* name, std::initializer_list<const char*> choices, int* index,
+             rdv_transport_error_t* error) const {
+    const std::string text = Text(name);
+    std::string listed;
+    int i = 0;
+    for (const char* choice : choices) {
+      if (text == choice) {
+        *index = i;
+        return RDV_TRANSPORT_OK;
+      }
+      listed += (i++ == 0 ? "'" : ", '") + std::string(choice) + "'";
+    }
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT, "%s='%s': expected one of %s",
+                    Label(name).c_str(), text.c_str(), listed.c_str());
+  }
+  // The value of `name` as an integer in [low, high]; INVALID_ARGUMENT else.
+  int Integer(const char* name, long low, long high, long* value,
+              rdv_transport_error_t* error) const {
+    const std::string text = Text(name);
+    char* end = nullptr;
+    errno = 0;
+    const long parsed = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || errno != 0 || *end != '\0' || parsed < low || parsed > high) {
+      return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                      "%s='%s': expected an integer in [%ld, %ld]", Label(name).c_str(),
+                      text.c_str(), low, high);
+    }
+    *value = parsed;
+    return RDV_TRANSPORT_OK;
+  }
+  // "name (VARIABLE)", for messages.
+  std::string Label(const char* name) const {
+    const rdv_transport_setting_info_t* info = Find(name);
+    return info->environment != nullptr ? std::string(name) + " (" + info->environment + ")"
+                                        : std::string(name);
+  }
+
+ private:
+  const rdv_transport_setting_info_t* Find(const char* name) const {
+    for (size_t i = 0; i < count_; ++i) {
+      if (std::strcmp(table_[i].name, name) == 0) return &table_[i];
+    }
+    return nullptr;
+  }
+  const std::string* Value(const char* name) const {
+    for (auto it = values_.rbegin(); it != values_.rend(); ++it) {
+      if (it->first == name) return &it->second;
+    }
+    return nullptr;
+  }
+  std::string Names() const {
+    std::string names;
+    for (size_t i = 0; i < count_; ++i) names += (i == 0 ? "" : ", ") + std::string(table_[i].name);
+    return names;
+  }
+
+  const rdv_transport_setting_info_t* table_;
+  size_t count_;
+  const char* plugin_;
+  std::vector<std::pair<std::string, std::string>> values_;
+};
+
+// The ABI's `settings` for a plugin whose table is `table`.
+template <size_t N>
+const rdv_transport_setting_info_t* ListSettings(const rdv_transport_setting_info_t (&table)[N],
+                                                 size_t* count) {
+  *count = N;
+  return table;
+}
+
+// Work another thread hands the progress thread. Callbacks run on the
+// progress thread only (the ABI's promise), so whatever ends elsewhere (a
+// cancel, an abort, a disconnect) is queued here, and the progress thread
+// takes it on its next round; the one who pushes wakes that round in the
+// plugin's own way (UCX signals its worker, verbs writes an eventfd).
+template <typename Item>
+class ProgressQueue {
+ public:
+  void Push(Item item) {
+    std::lock_guard lock(mu_);
+    items_.push_back(std::move(item));
+    has_items_.store(true, std::memory_order_release);
+  }
+  void PushAll(const std::vector<Item>& items) {
+    std::lock_guard lock(mu_);
+    items_.insert(items_.end(), items.begin(), items.end());
+    has_items_.store(true, std::memory_order_release);
+  }
+  // Whether anything is queued (one atomic load).
+  bool Pending() const { return has_items_.load(std::memory_order_acquire); }
+  // On the progress thread: everything queued, oldest first.
+  std::vector<Item> Take() {
+    std::vector<Item> taken;
+    if (!Pending()) return taken;
+    std::lock_guard lock(mu_);
+    taken.swap(items_);
+    has_items_.store(false, std::memory_order_relaxed);
+    return taken;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Item> items_;  // mu_
+  std::atomic<bool> has_items_{false};
 };
 
 // Copies `size` bytes to `buffer`; `*length` is its capacity in and the

@@ -3,11 +3,13 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/environment.h"
 #include "core/logging.h"
 
 namespace rdv::plugin {
@@ -52,7 +54,23 @@ std::vector<std::string> Transport::SearchPath() {
   return directories;
 }
 
-absl::StatusOr<std::shared_ptr<Transport>> Transport::Load(absl::string_view name) {
+absl::StatusOr<std::shared_ptr<Transport>> Transport::Load(absl::string_view name,
+                                                           const TransportSettings& settings) {
+  RDV_ASSIGN_OR_RETURN(std::shared_ptr<Transport> transport, Open(name));
+  RDV_RETURN_IF_ERROR(transport->ResolveSettings(settings));
+  RDV_RETURN_IF_ERROR(transport->Initialize());
+  RDV_LOG(Info) << "transport " << name << " (ABI v" << transport->abi_version() << ") from "
+                << transport->path_ << ": " << transport->description_;
+  return transport;
+}
+
+absl::StatusOr<std::vector<TransportSetting>> Transport::ListSettings(absl::string_view name) {
+  RDV_ASSIGN_OR_RETURN(std::shared_ptr<Transport> transport, Open(name));
+  RDV_RETURN_IF_ERROR(transport->ResolveSettings({}));
+  return transport->settings_;
+}
+
+absl::StatusOr<std::shared_ptr<Transport>> Transport::Open(absl::string_view name) {
   const std::string file = absl::StrCat("librdv_transport_", name, ".so");
   const std::vector<std::string> directories = SearchPath();
   std::string path;
@@ -75,47 +93,149 @@ absl::StatusOr<std::shared_ptr<Transport>> Transport::Load(absl::string_view nam
   if (transport->library_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("cannot load ", path, ": ", dlerror()));
   }
-  void* entry = dlsym(transport->library_, RDV_TRANSPORT_ENTRY_V2);
-  if (entry == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " has no symbol ", RDV_TRANSPORT_ENTRY_V2, " (rdv speaks transport ABI ",
-                     RDV_TRANSPORT_ABI_VERSION, ")"));
-  }
-  transport->api_ = reinterpret_cast<rdv_transport_entry_v2_fn>(entry)();
-  if (transport->api_ == nullptr || transport->api_->abi_version != RDV_TRANSPORT_ABI_VERSION ||
-      transport->api_->struct_size < sizeof(rdv_transport_v2_t)) {
+  RDV_RETURN_IF_ERROR(transport->Bind());
+  return transport;
+}
+
+namespace {
+
+// The entry's table, checked: its version and a size that holds it.
+template <typename Table>
+absl::StatusOr<const Table*> TableOf(void* entry, const std::string& path, const char* symbol,
+                                     uint32_t version) {
+  using EntryFn = const Table* (*)();
+  const Table* table = reinterpret_cast<EntryFn>(entry)();
+  if (table == nullptr || table->abi_version != version || table->struct_size < sizeof(Table)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        path, ": ", RDV_TRANSPORT_ENTRY_V2, " reports ABI version ",
-        transport->api_ ? transport->api_->abi_version : 0, " (", 
-        transport->api_ ? transport->api_->struct_size : 0, " bytes); rdv needs version ",
-        RDV_TRANSPORT_ABI_VERSION, " (", sizeof(rdv_transport_v2_t), " bytes)"));
+        path, ": ", symbol, " reports ABI version ", table ? table->abi_version : 0, " (",
+        table ? table->struct_size : 0, " bytes); it must report ", version, " (",
+        sizeof(Table), " bytes). rdv takes transport ABI ", RDV_TRANSPORT_ABI_VERSION,
+        " (", RDV_TRANSPORT_ENTRY_V3, ") and ", RDV_TRANSPORT_OLDEST_ABI_VERSION, " (",
+        RDV_TRANSPORT_ENTRY_V2, ")"));
+  }
+  return table;
+}
+
+// A v2 table as v3's, without `settings`.
+rdv_transport_v3_t FromV2(const rdv_transport_v2_t& v2) {
+  rdv_transport_v3_t api{};
+  api.abi_version = v2.abi_version;
+  api.struct_size = v2.struct_size;
+  api.name = v2.name;
+  api.init = v2.init;
+  api.finalize = v2.finalize;
+  api.query = v2.query;
+  api.local_address = v2.local_address;
+  api.connect = v2.connect;
+  api.disconnect = v2.disconnect;
+  api.mem_alloc = v2.mem_alloc;
+  api.mem_register = v2.mem_register;
+  api.mem_release = v2.mem_release;
+  api.mem_pack = v2.mem_pack;
+  api.post_get = v2.post_get;
+  api.post_put = v2.post_put;
+  api.post_send = v2.post_send;
+  api.post_recv = v2.post_recv;
+  api.abort = v2.abort;
+  api.cancel_recv = v2.cancel_recv;
+  return api;
+}
+
+}  // namespace
+
+absl::Status Transport::Bind() {
+  if (void* entry = dlsym(library_, RDV_TRANSPORT_ENTRY_V3)) {
+    RDV_ASSIGN_OR_RETURN(const rdv_transport_v3_t* table,
+                         TableOf<rdv_transport_v3_t>(entry, path_, RDV_TRANSPORT_ENTRY_V3, 3));
+    api_ = *table;
+    return absl::OkStatus();
+  }
+  if (void* entry = dlsym(library_, RDV_TRANSPORT_ENTRY_V2)) {
+    RDV_ASSIGN_OR_RETURN(const rdv_transport_v2_t* table,
+                         TableOf<rdv_transport_v2_t>(entry, path_, RDV_TRANSPORT_ENTRY_V2, 2));
+    api_ = FromV2(*table);
+    RDV_LOG(Warning) << path_ << " speaks transport ABI v2: it takes no settings (it reads its "
+                     << "environment itself); rebuild it against rdv_transport_v3.h";
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      path_, " has no symbol ", RDV_TRANSPORT_ENTRY_V3, " or ", RDV_TRANSPORT_ENTRY_V2,
+      " (rdv takes transport ABI ", RDV_TRANSPORT_ABI_VERSION, " and ",
+      RDV_TRANSPORT_OLDEST_ABI_VERSION, "; see plugin/rdv_transport.h)"));
+}
+
+absl::Status Transport::ResolveSettings(const TransportSettings& given) {
+  if (api_.settings == nullptr) {
+    if (given.empty()) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        path_, " speaks transport ABI v2, which takes no settings; cannot pass '",
+        given.begin()->first, "' (set the plugin's own environment variable, or rebuild it "
+        "against rdv_transport_v3.h)"));
+  }
+  size_t count = 0;
+  const rdv_transport_setting_info_t* table = api_.settings(&count);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < count; ++i) {
+    const rdv_transport_setting_info_t& info = table[i];
+    TransportSetting setting;
+    setting.name = info.name;
+    setting.environment = info.environment ? info.environment : "";
+    setting.default_value = info.default_value ? info.default_value : "";
+    setting.description = info.description ? info.description : "";
+    if (auto it = given.find(setting.name); it != given.end()) {
+      setting.value = it->second;
+    } else if (!setting.environment.empty()) {
+      env::ReadText(setting.environment.c_str(), &setting.value);
+      setting.from_environment = !setting.value.empty();
+    }
+    names.push_back(setting.name);
+    settings_.push_back(std::move(setting));
+  }
+  for (const auto& [name, value] : given) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("transport '", name_, "' has no setting '",
+                                                     name, "'; it takes: ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transport::Initialize() {
+  std::vector<rdv_transport_setting_t> values;
+  for (const TransportSetting& setting : settings_) {
+    if (!setting.value.empty()) values.push_back({setting.name.c_str(), setting.value.c_str()});
   }
   rdv_transport_init_params_t params{};
   params.field_mask = RDV_TRANSPORT_INIT_FIELD_LOG | RDV_TRANSPORT_INIT_FIELD_LOG_LEVEL;
   params.log = LogFromPlugin;
-  params.log_user = &transport->name_;
+  params.log_user = &name_;
   params.log_level = static_cast<int>(CurrentLogLevel());
+  if (api_.settings != nullptr) {
+    params.field_mask |= RDV_TRANSPORT_INIT_FIELD_SETTINGS;
+    params.settings = values.data();
+    params.num_settings = values.size();
+  }
   rdv_transport_error_t error{};
-  if (int code = transport->api_->init(&params, &transport->context_, &error); code != 0) {
-    transport->context_ = nullptr;
-    return TransportStatus(code, error.message, absl::StrCat("initializing ", path));
+  if (int code = api_.init(&params, &context_, &error); code != 0) {
+    context_ = nullptr;
+    return TransportStatus(code, error.message, absl::StrCat("initializing ", path_));
   }
   rdv_transport_attributes_t attributes{};
   attributes.field_mask = RDV_TRANSPORT_ATTR_FIELD_OPS | RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION |
                           RDV_TRANSPORT_ATTR_FIELD_MEMORY_TYPES;
-  if (int code = transport->api_->query(transport->context_, &attributes, &error); code != 0) {
-    return TransportStatus(code, error.message, absl::StrCat("querying ", path));
+  if (int code = api_.query(context_, &attributes, &error); code != 0) {
+    return TransportStatus(code, error.message, absl::StrCat("querying ", path_));
   }
-  transport->preferred_op_ = attributes.preferred_op;
-  transport->supported_ops_ = attributes.ops;
-  transport->description_ = attributes.description;
-  transport->reaches_cuda_memory_ = (attributes.memory_types & RDV_TRANSPORT_MEMORY_CUDA) != 0;
-  RDV_LOG(Info) << "transport " << name << " from " << path << ": " << transport->description_;
-  return transport;
+  preferred_op_ = attributes.preferred_op;
+  supported_ops_ = attributes.ops;
+  description_ = attributes.description;
+  reaches_cuda_memory_ = (attributes.memory_types & RDV_TRANSPORT_MEMORY_CUDA) != 0;
+  return absl::OkStatus();
 }
 
 Transport::~Transport() {
-  if (context_ != nullptr) api_->finalize(context_);
+  if (context_ != nullptr) api_.finalize(context_);
   // The library stays mapped: its code may still be on a stack unwinding
   // from the progress thread's last callback.
 }
@@ -124,10 +244,10 @@ absl::StatusOr<std::string> Transport::LocalAddress() const {
   std::string address(4096, '\0');
   size_t length = address.size();
   rdv_transport_error_t error{};
-  int code = api_->local_address(context_, address.data(), &length, &error);
+  int code = api_.local_address(context_, address.data(), &length, &error);
   if (code == RDV_TRANSPORT_RESOURCE_EXHAUSTED) {
     address.resize(length);
-    code = api_->local_address(context_, address.data(), &length, &error);
+    code = api_.local_address(context_, address.data(), &length, &error);
   }
   RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " local address")));
   address.resize(length);
@@ -138,7 +258,7 @@ absl::StatusOr<std::unique_ptr<TransportEndpoint>> Transport::Connect(
     absl::string_view peer_address) const {
   rdv_transport_endpoint_t handle = nullptr;
   rdv_transport_error_t error{};
-  const int code = api_->connect(context_, peer_address.data(), peer_address.size(), &handle, &error);
+  const int code = api_.connect(context_, peer_address.data(), peer_address.size(), &handle, &error);
   RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " connect")));
   return std::unique_ptr<TransportEndpoint>(new TransportEndpoint(shared_from_this(), handle));
 }
@@ -147,10 +267,10 @@ absl::Status Transport::Pack(TransportMemory* memory) const {
   std::string key(1024, '\0');
   size_t length = key.size();
   rdv_transport_error_t error{};
-  int code = api_->mem_pack(memory->handle_, key.data(), &length, &error);
+  int code = api_.mem_pack(memory->handle_, key.data(), &length, &error);
   if (code == RDV_TRANSPORT_RESOURCE_EXHAUSTED) {
     key.resize(length);
-    code = api_->mem_pack(memory->handle_, key.data(), &length, &error);
+    code = api_.mem_pack(memory->handle_, key.data(), &length, &error);
   }
   RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " remote key")));
   key.resize(length);
@@ -162,7 +282,7 @@ absl::StatusOr<std::unique_ptr<TransportMemory>> Transport::Allocate(size_t leng
   rdv_transport_memory_t handle = nullptr;
   void* address = nullptr;
   rdv_transport_error_t error{};
-  const int code = api_->mem_alloc(context_, length, &handle, &address, &error);
+  const int code = api_.mem_alloc(context_, length, &handle, &address, &error);
   RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " allocate")));
   std::unique_ptr<TransportMemory> memory(
       new TransportMemory(shared_from_this(), handle, address, length));
@@ -175,7 +295,7 @@ absl::StatusOr<std::unique_ptr<TransportMemory>> Transport::Register(
   rdv_transport_memory_t handle = nullptr;
   rdv_transport_error_t error{};
   const bool cuda = location.kind == MemoryKind::kCudaDevice;
-  const int code = api_->mem_register(
+  const int code = api_.mem_register(
       context_, address, length, cuda ? RDV_TRANSPORT_MEMORY_CUDA : RDV_TRANSPORT_MEMORY_HOST,
       cuda ? location.device : 0, &handle, &error);
   RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " register")));
@@ -200,7 +320,7 @@ void Transport::Get(const TransportEndpoint& endpoint, void* local, const Transp
                     uint64_t remote_address, absl::string_view remote_key, size_t length,
                     TransportDone done) const {
   Post("get", std::move(done), [&](TransportDone* user, rdv_transport_error_t* error) {
-    return api_->post_get(endpoint.handle(), local, memory.handle(), remote_address,
+    return api_.post_get(endpoint.handle(), local, memory.handle(), remote_address,
                           remote_key.data(), remote_key.size(), length, Trampoline, user, error);
   });
 }
@@ -209,7 +329,7 @@ void Transport::Put(const TransportEndpoint& endpoint, const void* local,
                     const TransportMemory& memory, uint64_t remote_address,
                     absl::string_view remote_key, size_t length, TransportDone done) const {
   Post("put", std::move(done), [&](TransportDone* user, rdv_transport_error_t* error) {
-    return api_->post_put(endpoint.handle(), local, memory.handle(), remote_address,
+    return api_.post_put(endpoint.handle(), local, memory.handle(), remote_address,
                           remote_key.data(), remote_key.size(), length, Trampoline, user, error);
   });
 }
@@ -217,26 +337,26 @@ void Transport::Put(const TransportEndpoint& endpoint, const void* local,
 void Transport::Send(const TransportEndpoint& endpoint, const void* local, size_t length,
                      uint64_t tag, TransportDone done) const {
   Post("send", std::move(done), [&](TransportDone* user, rdv_transport_error_t* error) {
-    return api_->post_send(endpoint.handle(), local, nullptr, length, tag, Trampoline, user, error);
+    return api_.post_send(endpoint.handle(), local, nullptr, length, tag, Trampoline, user, error);
   });
 }
 
 void Transport::Recv(void* local, size_t length, uint64_t tag, TransportDone done) const {
   Post("recv", std::move(done), [&](TransportDone* user, rdv_transport_error_t* error) {
-    return api_->post_recv(context_, local, nullptr, length, tag, Trampoline, user, error);
+    return api_.post_recv(context_, local, nullptr, length, tag, Trampoline, user, error);
   });
 }
 
 absl::Status Transport::CancelRecv(uint64_t tag) const {
   rdv_transport_error_t error{};
-  const int code = api_->cancel_recv(context_, tag, &error);
+  const int code = api_.cancel_recv(context_, tag, &error);
   if (code == RDV_TRANSPORT_OK) return absl::OkStatus();
   return TransportStatus(code, error.message, absl::StrCat(name_, " cancel of a tagged recv"));
 }
 
-void TransportEndpoint::Abort() const { transport_->api_->abort(handle_); }
+void TransportEndpoint::Abort() const { transport_->api_.abort(handle_); }
 
-TransportMemory::~TransportMemory() { transport_->api_->mem_release(handle_); }
-TransportEndpoint::~TransportEndpoint() { transport_->api_->disconnect(handle_); }
+TransportMemory::~TransportMemory() { transport_->api_.mem_release(handle_); }
+TransportEndpoint::~TransportEndpoint() { transport_->api_.disconnect(handle_); }
 
 }  // namespace rdv::plugin

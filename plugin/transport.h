@@ -4,11 +4,19 @@
 // Loading: librdv_transport_<name>.so is looked for in each directory of
 // RDV_PLUGIN_PATH (':'-separated), then in rdv's install directory, then
 // in the build tree's plugin directory. It is opened with
-// RTLD_NOW | RTLD_LOCAL; a missing file, missing entry symbol or another
-// ABI version is an error naming the file, the symbol and the versions.
+// RTLD_NOW | RTLD_LOCAL, and its newest ABI entry rdv knows is taken
+// (rdv_transport_v3, else the frozen rdv_transport_v2); a missing file, no
+// known entry or an entry reporting another version is an error naming the
+// file, the symbol and the versions.
+//
+// Settings: a v3 plugin lists the settings it takes; each is given by the
+// caller, else read from the variable the plugin names for it (RDV_UCX_OP,
+// UCX_TLS, RDV_IB_DEVICE...), else left to the plugin's default. A v2
+// plugin takes none (it reads its environment itself).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,10 +80,30 @@ class TransportEndpoint {
 // Runs once on the plugin's progress thread; must not block.
 using TransportDone = absl::AnyInvocable<void(absl::Status) &&>;
 
+// Values for a plugin's settings, by the names it lists.
+using TransportSettings = std::map<std::string, std::string>;
+
+// One setting a plugin lists, and the value it was loaded with.
+struct TransportSetting {
+  std::string name;
+  std::string environment;  // the variable it is read from; empty when none
+  std::string default_value;
+  std::string description;
+  std::string value;        // given or read from `environment`; empty: the default
+  bool from_environment = false;
+};
+
 class Transport : public std::enable_shared_from_this<Transport> {
  public:
-  // Loads and initializes librdv_transport_<name>.so.
-  static absl::StatusOr<std::shared_ptr<Transport>> Load(absl::string_view name);
+  // Loads and initializes librdv_transport_<name>.so with `settings`
+  // (INVALID_ARGUMENT for a name the plugin does not list, naming those it
+  // does; FAILED_PRECONDITION for any, to a v2 plugin).
+  static absl::StatusOr<std::shared_ptr<Transport>> Load(absl::string_view name,
+                                                         const TransportSettings& settings = {});
+  // What librdv_transport_<name>.so takes, with the values Load would pass
+  // it now; the plugin is not initialized (no device needed). Empty for a v2
+  // plugin.
+  static absl::StatusOr<std::vector<TransportSetting>> ListSettings(absl::string_view name);
   // Where Load looks, in order.
   static std::vector<std::string> SearchPath();
 
@@ -84,7 +112,11 @@ class Transport : public std::enable_shared_from_this<Transport> {
   Transport& operator=(const Transport&) = delete;
 
   const std::string& name() const { return name_; }
+  // The ABI version the plugin was loaded by: 3, or 2 for an older plugin.
+  uint32_t abi_version() const { return api_.abi_version; }
   const std::string& description() const { return description_; }
+  // What the plugin takes, with the values it got; empty for a v2 plugin.
+  const std::vector<TransportSetting>& settings() const { return settings_; }
   uint32_t preferred_op() const { return preferred_op_; }
   // RDV_TRANSPORT_OP_* it offers.
   uint32_t supported_ops() const { return supported_ops_; }
@@ -118,6 +150,13 @@ class Transport : public std::enable_shared_from_this<Transport> {
   friend class TransportMemory;
   friend class TransportEndpoint;
   Transport() = default;
+  // Finds and opens the library and binds its table; not initialized.
+  static absl::StatusOr<std::shared_ptr<Transport>> Open(absl::string_view name);
+  // Takes the newest ABI entry the library exports into api_.
+  absl::Status Bind();
+  // Fills settings_ from `given` and the environment.
+  absl::Status ResolveSettings(const TransportSettings& given);
+  absl::Status Initialize();
   absl::Status Pack(TransportMemory* memory) const;
   // Hands `done` to a post function; runs it with the error if the plugin
   // refused the operation.
@@ -127,7 +166,9 @@ class Transport : public std::enable_shared_from_this<Transport> {
   std::string name_;
   std::string path_;
   void* library_ = nullptr;
-  const rdv_transport_v2_t* api_ = nullptr;
+  // The plugin's table; a v2 plugin's has no `settings`.
+  rdv_transport_v3_t api_{};
+  std::vector<TransportSetting> settings_;
   rdv_transport_context_t context_ = nullptr;
   std::string description_;
   uint32_t preferred_op_ = RDV_TRANSPORT_OP_GET;

@@ -67,9 +67,7 @@ struct Context {
   std::unordered_map<uint64_t, Operation*> recvs;  // recvs_mu
   // Work for the progress thread: cancels and forced closes complete
   // operations inline, and callbacks run on the progress thread only.
-  std::mutex tasks_mu;
-  std::vector<std::function<void()>> tasks;  // tasks_mu
-  std::atomic<bool> has_tasks{false};
+  plugin_support::ProgressQueue<std::function<void()>> tasks;
   // Operations an abort completed while UCX still held them (progress
   // thread only): freed when UCX lets go, or at finalize.
   std::unordered_set<Operation*> orphans;
@@ -79,22 +77,11 @@ struct Context {
     if (!busy_poll) ucp_worker_signal(worker);
   }
   void RunOnProgressThread(std::function<void()> task) {
-    {
-      std::lock_guard lock(tasks_mu);
-      tasks.push_back(std::move(task));
-      has_tasks.store(true, std::memory_order_release);
-    }
+    tasks.Push(std::move(task));
     ucp_worker_signal(worker);
   }
   void RunTasks() {
-    if (!has_tasks.load(std::memory_order_acquire)) return;
-    std::vector<std::function<void()>> taken;
-    {
-      std::lock_guard lock(tasks_mu);
-      taken.swap(tasks);
-      has_tasks.store(false, std::memory_order_relaxed);
-    }
-    for (auto& task : taken) task();
+    for (auto& task : tasks.Take()) task();
   }
 };
 

@@ -1,5 +1,7 @@
-// UCX_TLS as rdv reads it, and what rdv decides from it: gets or tagged
-// sends, its tuned defaults, the settings it refuses.
+// The UCX plugin's settings, and what rdv decides from UCX_TLS: gets or
+// tagged sends, its tuned defaults, the segment sizes it refuses. UCX_* other
+// than the tls are UCX's own variables, read by UCX (ucp_config_read); the
+// plugin only looks whether the user set one.
 #include "ucx/ucx_settings.h"
 
 #include <algorithm>
@@ -15,7 +17,19 @@
 namespace rdv::ucx_plugin {
 namespace {
 
+using rdv::plugin_support::PluginSettings;
 using rdv::plugin_support::SetError;
+
+const rdv_transport_setting_info_t kSettings[] = {
+    {"tls", "UCX_TLS", "",
+     "the UCX transports, as UCX_TLS takes them (default: UCX's choice); rdv's op and tuned "
+     "defaults follow it"},
+    {"op", "RDV_UCX_OP", "auto",
+     "auto, get or tag: the consumer reads the producer's buffer (get) or the producer sends it "
+     "tagged (tag); auto gets only over RC/DC"},
+    {"progress", "RDV_UCX_PROGRESS", "wait",
+     "wait or poll: the progress thread sleeps on the worker's event fd when idle, or spins"},
+};
 
 // UCX_TLS as UCX reads it: a list of transport names, or of names to
 // leave out when it starts with '^'. No names: unset, every transport.
@@ -28,10 +42,10 @@ struct TlsSetting {
   }
 };
 
-TlsSetting ReadTls() {
+TlsSetting ParseTls(const std::string& text) {
   TlsSetting setting;
-  const char* tls = std::getenv("UCX_TLS");
-  if (tls == nullptr) return setting;
+  if (text.empty()) return setting;
+  const char* tls = text.c_str();
   setting.excluding = tls[0] == '^';
   for (const char* token = tls + (setting.excluding ? 1 : 0); *token != '\0';) {
     const size_t length = std::strcspn(token, ",");
@@ -43,8 +57,9 @@ TlsSetting ReadTls() {
 
 // Whether UCX_TLS lets UCX open one of `members`, transports it may also
 // name by one of `aliases`.
-bool TlsMayUse(const std::vector<std::string>& members, const std::vector<std::string>& aliases) {
-  const TlsSetting tls = ReadTls();
+bool TlsMayUse(const std::string& text, const std::vector<std::string>& members,
+               const std::vector<std::string>& aliases) {
+  const TlsSetting tls = ParseTls(text);
   if (tls.names.empty()) return true;
   auto named = [&](const std::string& name) { return tls.Names(name); };
   const bool alias_named = std::any_of(aliases.begin(), aliases.end(), named);
@@ -109,28 +124,40 @@ const TunedDefault kTunedDefaults[] = {
 
 }  // namespace
 
-// RDV_UCX_OP overrides; false for a value it does not know.
-bool ReadPreferredOp(uint32_t* op) {
-  const char* forced = std::getenv("RDV_UCX_OP");
-  if (forced != nullptr && std::strcmp(forced, "auto") != 0) {
-    if (std::strcmp(forced, "tag") != 0 && std::strcmp(forced, "get") != 0) return false;
-    *op = std::strcmp(forced, "tag") == 0 ? RDV_TRANSPORT_OP_TAG : RDV_TRANSPORT_OP_GET;
-    return true;
-  }
-  *op = OnlyConfiningTransports(ReadTls()) ? RDV_TRANSPORT_OP_GET : RDV_TRANSPORT_OP_TAG;
-  return true;
+const rdv_transport_setting_info_t* SettingsTable(size_t* count) {
+  return plugin_support::ListSettings(kSettings, count);
 }
 
-// UCX's shared-memory transports with active-message segments, and the
-// UCX_TLS names that take them in.
-// Returns what it changed, for the transport's description.
-std::string ApplyTunedDefaults(ucp_config_t* config,
-                               const std::function<void(const std::string&)>& warn) {
+int ReadSettings(const rdv_transport_init_params_t* params, UcxSettings* settings,
+                 rdv_transport_error_t* error) {
+  PluginSettings given(kSettings, "ucx");
+  int op = 0, progress = 0;
+  int code = RDV_TRANSPORT_OK;
+  if ((code = given.Configure(params, error)) ||
+      (code = given.Choice("op", {"auto", "get", "tag"}, &op, error)) ||
+      (code = given.Choice("progress", {"wait", "poll"}, &progress, error))) {
+    return code;
+  }
+  settings->tls = given.Text("tls");
+  settings->tls_given = given.Given("tls");
+  settings->busy_poll = progress == 1;
+  const bool get = op == 1 || (op == 0 && OnlyConfiningTransports(ParseTls(settings->tls)));
+  settings->preferred_op = get ? RDV_TRANSPORT_OP_GET : RDV_TRANSPORT_OP_TAG;
+  return RDV_TRANSPORT_OK;
+}
+
+std::string ApplyToConfig(const UcxSettings& settings, ucp_config_t* config,
+                          const std::function<void(const std::string&)>& warn) {
+  if (settings.tls_given) {
+    if (ucp_config_modify(config, "TLS", settings.tls.c_str()) != UCS_OK) {
+      warn("tls '" + settings.tls + "' not applied: UCX refused it");
+    }
+  }
   std::string applied;
   for (const TunedDefault& tuned : kTunedDefaults) {
     const bool user_set = std::any_of(tuned.user_variables.begin(), tuned.user_variables.end(),
                                       [](const char* name) { return std::getenv(name); });
-    if (user_set || !TlsMayUse(tuned.members, tuned.aliases)) continue;
+    if (user_set || !TlsMayUse(settings.tls, tuned.members, tuned.aliases)) continue;
     const std::string setting = std::string(tuned.shown) + "=" + tuned.value;
     const ucs_status_t status = ucp_config_modify(config, tuned.key, tuned.value);
     if (status != UCS_OK) {
@@ -145,8 +172,8 @@ std::string ApplyTunedDefaults(ucp_config_t* config,
 // UCX 1.13's shared-memory FIFO stores a message's length in 16 bits: with
 // a segment of 64 KiB or more, transfers hang instead of failing. Refused
 // here with the reason; 0 when every setting is safe.
-int CheckSharedMemorySegments(rdv_transport_error_t* error) {
-  if (!TlsMayUse(kMmTransports, kMmAliases)) return RDV_TRANSPORT_OK;
+int CheckSharedMemorySegments(const UcxSettings& settings, rdv_transport_error_t* error) {
+  if (!TlsMayUse(settings.tls, kMmTransports, kMmAliases)) return RDV_TRANSPORT_OK;
   for (const char* name : {"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"}) {
     const char* text = std::getenv(name);
     size_t bytes = 0;

@@ -1,5 +1,6 @@
-// What the UCX plugin decides from the environment (UCX_TLS, RDV_UCX_OP,
-// UCX's segment sizes) before it starts UCX.
+// The UCX plugin's settings (the ABI's `settings`: tls, op, progress) and
+// what it decides from them before it starts UCX: gets or tagged sends, its
+// tuned defaults, the segment sizes it refuses.
 #pragma once
 
 #include <cstdint>
@@ -12,15 +13,26 @@
 
 namespace rdv::ucx_plugin {
 
-// RDV_TRANSPORT_OP_GET or _TAG into `op`, from RDV_UCX_OP or else UCX_TLS;
-// false for an RDV_UCX_OP value it does not know.
-bool ReadPreferredOp(uint32_t* op);
-// Sets rdv's defaults on `config` where UCX_TLS lets UCX open a transport
-// that reads them and the user set none; `warn` hears of one UCX refused.
-// Returns what it changed, for the transport's description.
-std::string ApplyTunedDefaults(ucp_config_t* config,
-                               const std::function<void(const std::string&)>& warn);
+// The table the ABI's `settings` returns.
+const rdv_transport_setting_info_t* SettingsTable(size_t* count);
+
+struct UcxSettings {
+  std::string tls;      // as UCX_TLS; empty: UCX's choice
+  bool tls_given = false;
+  uint32_t preferred_op = RDV_TRANSPORT_OP_GET;
+  bool busy_poll = false;
+};
+
+// Reads init's settings; INVALID_ARGUMENT naming a setting it cannot take.
+int ReadSettings(const rdv_transport_init_params_t* params, UcxSettings* settings,
+                 rdv_transport_error_t* error);
+// Sets the given tls and rdv's defaults on `config` (the latter only where
+// the tls lets UCX open a transport that reads them and the user set none);
+// `warn` hears of one UCX refused. Returns what it changed, for the
+// transport's description.
+std::string ApplyToConfig(const UcxSettings& settings, ucp_config_t* config,
+                          const std::function<void(const std::string&)>& warn);
 // Refuses shared-memory segment sizes that hang UCX 1.13; 0 when all are safe.
-int CheckSharedMemorySegments(rdv_transport_error_t* error);
+int CheckSharedMemorySegments(const UcxSettings& settings, rdv_transport_error_t* error);
 
 }  // namespace rdv::ucx_plugin

@@ -1,8 +1,9 @@
 // librdv_transport_ucx.so: rdv's transport ABI (plugin/rdv_transport.h) on
 // UCX's UCP API. One context = one UCP context and worker, progressed by a
-// dedicated thread that sleeps on the worker's event fd when idle
-// (RDV_UCX_PROGRESS=poll keeps it spinning). Honours every UCX_* variable
-// (UCX_TLS, UCX_NET_DEVICES, ...), read by ucp_config_read.
+// dedicated thread that sleeps on the worker's event fd when idle (setting
+// progress=poll keeps it spinning). Honours every UCX_* variable
+// (UCX_TLS, UCX_NET_DEVICES, ...), read by ucp_config_read; the tls setting,
+// when given, wins over UCX_TLS.
 #include <poll.h>
 #include <sys/mman.h>
 
@@ -67,26 +68,17 @@ void ProgressLoop(Context* context) {
 
 int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out,
          rdv_transport_error_t* error) {
-  auto* context = new Context;
-  context->log.Configure(params);
-  const char* progress = std::getenv("RDV_UCX_PROGRESS");
-  if (progress != nullptr && *progress != '\0' && std::strcmp(progress, "poll") != 0 &&
-      std::strcmp(progress, "wait") != 0) {
-    delete context;
-    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
-                    "RDV_UCX_PROGRESS='%s': expected 'wait' (default) or 'poll'", progress);
-  }
-  if (const int code = CheckSharedMemorySegments(error); code != RDV_TRANSPORT_OK) {
-    delete context;
+  UcxSettings settings;
+  if (const int code = ReadSettings(params, &settings, error); code != RDV_TRANSPORT_OK) {
     return code;
   }
-  context->busy_poll = progress != nullptr && std::strcmp(progress, "poll") == 0;
-  if (!ReadPreferredOp(&context->preferred_op)) {
-    delete context;
-    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
-                    "RDV_UCX_OP='%s': use 'auto' (default), 'get' or 'tag'",
-                    std::getenv("RDV_UCX_OP"));
+  if (const int code = CheckSharedMemorySegments(settings, error); code != RDV_TRANSPORT_OK) {
+    return code;
   }
+  auto* context = new Context;
+  context->log.Configure(params);
+  context->busy_poll = settings.busy_poll;
+  context->preferred_op = settings.preferred_op;
 
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
@@ -94,8 +86,8 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
     delete context;
     return UcxError(error, status, "ucp_config_read (check the UCX_* variables)");
   }
-  const std::string tuned = ApplyTunedDefaults(
-      config, [context](const std::string& warning) { context->log(1, warning); });
+  const std::string tuned = ApplyToConfig(
+      settings, config, [context](const std::string& warning) { context->log(1, warning); });
   ucp_params_t ucp_params{};
   ucp_params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   ucp_params.features = UCP_FEATURE_RMA | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -121,9 +113,8 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
   attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
   context->cuda_memory = ucp_context_query(context->ucp, &attributes) == UCS_OK &&
                          (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
-  const char* tls = std::getenv("UCX_TLS");
   context->description = std::string("UCX ") + ucp_get_version_string() + ", UCX_TLS=" +
-                         (tls ? tls : "(default)") + ", " +
+                         (settings.tls.empty() ? "(default)" : settings.tls) + ", " +
                          (context->preferred_op == RDV_TRANSPORT_OP_TAG ? "tagged" : "get") +
                          ", progress " + (context->busy_poll ? "poll" : "wait") +
                          (context->cuda_memory ? ", CUDA memory" : ", host memory only") + tuned;
@@ -284,15 +275,31 @@ int MemPack(rdv_transport_memory_t handle, void* buffer, size_t* length,
   return CopyOut(packed.data(), packed.size(), buffer, length, error);
 }
 
+#ifdef RDV_UCX_ABI_V2_ONLY
+// A build of this plugin as one written against the frozen v2 ABI, for the
+// loader's fallback test: it lists no settings and takes none.
 const rdv_transport_v2_t kTransport = {
-    RDV_TRANSPORT_ABI_VERSION, sizeof(rdv_transport_v2_t), "ucx", Init, Finalize, Query,
+    2, sizeof(rdv_transport_v2_t), "ucx", Init, Finalize, Query,
     LocalAddress, Connect, Disconnect, MemAlloc, MemRegister, MemRelease, MemPack,
     PostGet, PostPut, PostSend, PostRecv, Abort, CancelRecv,
 };
+#else
+const rdv_transport_v3_t kTransport = {
+    3, sizeof(rdv_transport_v3_t), "ucx", Init, Finalize, Query,
+    LocalAddress, Connect, Disconnect, MemAlloc, MemRegister, MemRelease, MemPack,
+    PostGet, PostPut, PostSend, PostRecv, Abort, CancelRecv, SettingsTable,
+};
+#endif
 
 }  // namespace
 }  // namespace rdv::ucx_plugin
 
+#ifdef RDV_UCX_ABI_V2_ONLY
 RDV_PLUGIN_EXPORT const rdv_transport_v2_t* rdv_transport_v2(void) {
   return &rdv::ucx_plugin::kTransport;
 }
+#else
+RDV_PLUGIN_EXPORT const rdv_transport_v3_t* rdv_transport_v3(void) {
+  return &rdv::ucx_plugin::kTransport;
+}
+#endif

@@ -235,17 +235,19 @@ int StartListener(Context* context, rdv_transport_error_t* error) {
   wire.mtu = static_cast<uint8_t>(context->port_attr.active_mtu);
   // An explicit address wins: a container whose device lives in the host's
   // network namespace is reached at its own address, not at the GID's.
-  if (const char* host = std::getenv("RDV_IB_CONNECT_ADDRESS"); host != nullptr) {
-    if (inet_pton(AF_INET, host, &wire.ipv4) != 1) {
+  if (const std::string& host = context->settings.connect_address; !host.empty()) {
+    if (inet_pton(AF_INET, host.c_str(), &wire.ipv4) != 1) {
       return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
-                      "verbs: RDV_IB_CONNECT_ADDRESS='%s' is not an IPv4 address", host);
+                      "verbs: connect_address (RDV_IB_CONNECT_ADDRESS)='%s' is not an IPv4 "
+                      "address",
+                      host.c_str());
     }
   } else if (IsIpv4Mapped(context->gid)) {
     std::memcpy(&wire.ipv4, context->gid.raw + 12, sizeof(wire.ipv4));
   } else {
     return SetError(error, RDV_TRANSPORT_FAILED_PRECONDITION,
                     "verbs: GID %s carries no IPv4 address for peers to connect to; set "
-                    "RDV_IB_CONNECT_ADDRESS to this host's IPv4 address",
+                    "connect_address (RDV_IB_CONNECT_ADDRESS) to this host's IPv4 address",
                     GidText(context->gid).c_str());
   }
   return RDV_TRANSPORT_OK;

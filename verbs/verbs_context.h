@@ -31,9 +31,11 @@ constexpr int kExchangeTimeoutMs = 5000;  // TCP connect and QP info swap
 constexpr int kMaxReadsInFlight = 16;     // per QP, clamped to the device's limit
 constexpr int kPeerCloseWaitMs = 200;     // for a dead peer's socket to close
 
-// Settings from RDV_IB_* (docs/configuration.md).
+// The plugin's settings (verbs_settings.cc lists them; the host fills them
+// from RDV_IB_*, docs/configuration.md).
 struct Settings {
   std::string device;        // RDV_IB_DEVICE; empty: the first with an active port
+  std::string connect_address;  // RDV_IB_CONNECT_ADDRESS; empty: the GID's IPv4
   int port = 0;              // RDV_IB_PORT; 0: the first active port
   int gid_index = -1;        // RDV_IB_GID_INDEX; -1: the port's RoCE v2 IPv4 GID
   int qp_timeout = 14;       // RDV_IB_QP_TIMEOUT: 4.096 us * 2^14 = 67 ms per try
@@ -139,9 +141,8 @@ struct Context {
   int listener = -1;
   int wake = -1;  // eventfd: stops the threads
   int kick = -1;  // eventfd: `deferred` has operations
-  std::mutex deferred_mu;
-  std::vector<Operation*> deferred;  // over, to report on the progress thread; deferred_mu
-  std::atomic<bool> has_deferred{false};
+  // Operations over, to report on the progress thread.
+  plugin_support::ProgressQueue<Operation*> deferred;
   std::atomic<bool> stop{false};
   std::thread progress;
   std::thread acceptor;
@@ -167,9 +168,11 @@ inline Context* ContextOf(rdv_transport_context_t handle) {
   return reinterpret_cast<Context*>(handle);
 }
 
-// verbs_settings.cc: reads RDV_IB_* into `settings`; INVALID_ARGUMENT
-// naming the variable.
-int ReadSettings(Settings* settings, rdv_transport_error_t* error);
+// verbs_settings.cc: the table the ABI's `settings` returns, and init's
+// settings read into `settings` (INVALID_ARGUMENT naming the one refused).
+const rdv_transport_setting_info_t* SettingsTable(size_t* count);
+int ReadSettings(const rdv_transport_init_params_t* params, Settings* settings,
+                 rdv_transport_error_t* error);
 
 // verbs_device.cc
 int ErrnoError(rdv_transport_error_t* error, int code, const char* what, int err);

@@ -167,11 +167,7 @@ void OnCompletion(const ibv_wc& wc) {
 // run there and nowhere else.
 void Defer(Context* context, const std::vector<Operation*>& over) {
   if (over.empty()) return;
-  {
-    std::lock_guard lock(context->deferred_mu);
-    context->deferred.insert(context->deferred.end(), over.begin(), over.end());
-    context->has_deferred = true;
-  }
+  context->deferred.PushAll(over);
   const uint64_t one = 1;
   (void)!write(context->kick, &one, sizeof(one));
 }
@@ -179,16 +175,11 @@ void Defer(Context* context, const std::vector<Operation*>& over) {
 namespace {
 
 void RunDeferred(Context* context) {
-  if (!context->has_deferred.load()) return;
+  if (!context->deferred.Pending()) return;
+  // Read before taking: a push after the read kicks the next round.
   uint64_t count;
   (void)!read(context->kick, &count, sizeof(count));
-  std::vector<Operation*> over;
-  {
-    std::lock_guard lock(context->deferred_mu);
-    over.swap(context->deferred);
-    context->has_deferred = false;
-  }
-  CompleteAll(over);
+  CompleteAll(context->deferred.Take());
 }
 
 void DrainCq(Context* context) {

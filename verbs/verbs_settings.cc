@@ -1,63 +1,66 @@
-// RDV_IB_* (docs/configuration.md).
+// The verbs plugin's settings (the ABI's `settings`), filled by the host
+// from RDV_IB_* (docs/configuration.md).
 #include "verbs/verbs_context.h"
-
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 
 #include "plugin/plugin_support.h"
 
 namespace rdv::verbs {
-
-using plugin_support::SetError;
-
 namespace {
 
-int ReadIntSetting(const char* name, long low, long high, long* value,
-                   rdv_transport_error_t* error) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return RDV_TRANSPORT_OK;
-  char* end = nullptr;
-  errno = 0;
-  const long parsed = std::strtol(text, &end, 10);
-  if (errno != 0 || *end != '\0' || parsed < low || parsed > high) {
-    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
-                    "%s='%s': expected an integer in [%ld, %ld]", name, text, low, high);
-  }
-  *value = parsed;
-  return RDV_TRANSPORT_OK;
-}
+using plugin_support::PluginSettings;
+
+const rdv_transport_setting_info_t kSettings[] = {
+    {"device", "RDV_IB_DEVICE", "",
+     "the RDMA device, as ibv_devices names it (default: the first with an active port)"},
+    {"port", "RDV_IB_PORT", "0", "the port on that device, 1 to 255 (0: the first active one)"},
+    {"gid_index", "RDV_IB_GID_INDEX", "-1",
+     "the GID the queue pairs are addressed by (-1: the port's RoCE v2 IPv4-mapped GID)"},
+    {"connect_address", "RDV_IB_CONNECT_ADDRESS", "",
+     "the IPv4 address where peers reach this context's queue-pair listener (default: the "
+     "GID's)"},
+    {"qp_timeout", "RDV_IB_QP_TIMEOUT", "14",
+     "the RC local ACK timeout exponent, 1 to 31: 4.096 us x 2^value per try"},
+    {"retry_count", "RDV_IB_RETRY_COUNT", "7",
+     "retries of an unacknowledged packet, 0 to 7, before a transfer fails UNAVAILABLE"},
+    {"queue_depth", "RDV_IB_QUEUE_DEPTH", "128", "work requests in flight per queue pair"},
+    {"chunk_bytes", "RDV_IB_CHUNK_BYTES", "1048576",
+     "bytes per RDMA READ/WRITE work request, 4096 to 2^30"},
+    {"progress", "RDV_IB_PROGRESS", "wait",
+     "wait or poll: the progress thread sleeps on the completion channel, or spins ('event' "
+     "means wait)"},
+};
 
 }  // namespace
 
-int ReadSettings(Settings* settings, rdv_transport_error_t* error) {
-  if (const char* device = std::getenv("RDV_IB_DEVICE")) settings->device = device;
-  long port = settings->port, gid = settings->gid_index, timeout = settings->qp_timeout,
-       retry = settings->retry_count, depth = settings->queue_depth,
-       chunk = static_cast<long>(settings->chunk_bytes);
+const rdv_transport_setting_info_t* SettingsTable(size_t* count) {
+  return plugin_support::ListSettings(kSettings, count);
+}
+
+int ReadSettings(const rdv_transport_init_params_t* params, Settings* settings,
+                 rdv_transport_error_t* error) {
+  PluginSettings given(kSettings, "verbs");
+  long port = 0, gid = 0, timeout = 0, retry = 0, depth = 0, chunk = 0;
+  int progress = 0;
   int code = RDV_TRANSPORT_OK;
-  if ((code = ReadIntSetting("RDV_IB_PORT", 1, 255, &port, error)) ||
-      (code = ReadIntSetting("RDV_IB_GID_INDEX", 0, 1 << 16, &gid, error)) ||
-      (code = ReadIntSetting("RDV_IB_QP_TIMEOUT", 1, 31, &timeout, error)) ||
-      (code = ReadIntSetting("RDV_IB_RETRY_COUNT", 0, 7, &retry, error)) ||
-      (code = ReadIntSetting("RDV_IB_QUEUE_DEPTH", 1, 16384, &depth, error)) ||
-      (code = ReadIntSetting("RDV_IB_CHUNK_BYTES", 4096, 1l << 30, &chunk, error))) {
+  if ((code = given.Configure(params, error)) ||
+      (code = given.Integer("port", 0, 255, &port, error)) ||
+      (code = given.Integer("gid_index", -1, 1 << 16, &gid, error)) ||
+      (code = given.Integer("qp_timeout", 1, 31, &timeout, error)) ||
+      (code = given.Integer("retry_count", 0, 7, &retry, error)) ||
+      (code = given.Integer("queue_depth", 1, 16384, &depth, error)) ||
+      (code = given.Integer("chunk_bytes", 4096, 1l << 30, &chunk, error)) ||
+      (code = given.Choice("progress", {"wait", "poll", "event"}, &progress, error))) {
     return code;
   }
-  // "event" is the spelling before RDV_UCX_PROGRESS's "wait" was shared.
-  const char* progress = std::getenv("RDV_IB_PROGRESS");
-  if (progress != nullptr && *progress != '\0' && std::strcmp(progress, "poll") != 0 &&
-      std::strcmp(progress, "wait") != 0 && std::strcmp(progress, "event") != 0) {
-    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
-                    "RDV_IB_PROGRESS='%s': expected 'wait' (default) or 'poll'", progress);
-  }
-  settings->busy_poll = progress != nullptr && std::strcmp(progress, "poll") == 0;
+  settings->device = given.Text("device");
+  settings->connect_address = given.Text("connect_address");
   settings->port = static_cast<int>(port);
   settings->gid_index = static_cast<int>(gid);
   settings->qp_timeout = static_cast<int>(timeout);
   settings->retry_count = static_cast<int>(retry);
   settings->queue_depth = static_cast<int>(depth);
   settings->chunk_bytes = static_cast<size_t>(chunk);
+  settings->busy_poll = progress == 1;
   return RDV_TRANSPORT_OK;
 }
 

@@ -76,7 +76,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
          rdv_transport_error_t* error) {
   auto context = std::make_unique<Context>();
   context->log.Configure(params);
-  int code = ReadSettings(&context->settings, error);
+  int code = ReadSettings(params, &context->settings, error);
   if (code == RDV_TRANSPORT_OK) code = OpenDevice(context.get(), error);
   if (code != RDV_TRANSPORT_OK) {
     Finalize(reinterpret_cast<rdv_transport_context_t>(context.release()));
@@ -376,15 +376,15 @@ int PostRecv(rdv_transport_context_t, void*, rdv_transport_memory_t, size_t, uin
                   "verbs: tagged messages are not offered; use get or put");
 }
 
-const rdv_transport_v2_t kTransport = {
-    RDV_TRANSPORT_ABI_VERSION, sizeof(rdv_transport_v2_t), "verbs", Init, Finalize, Query,
+const rdv_transport_v3_t kTransport = {
+    3, sizeof(rdv_transport_v3_t), "verbs", Init, Finalize, Query,
     LocalAddress, Connect, Disconnect, MemAlloc, MemRegister, MemRelease, MemPack,
-    PostGet, PostPut, PostSend, PostRecv, Abort, CancelRecv,
+    PostGet, PostPut, PostSend, PostRecv, Abort, CancelRecv, SettingsTable,
 };
 
 }  // namespace
 }  // namespace rdv::verbs
 
-RDV_PLUGIN_EXPORT const rdv_transport_v2_t* rdv_transport_v2(void) {
+RDV_PLUGIN_EXPORT const rdv_transport_v3_t* rdv_transport_v3(void) {
   return &rdv::verbs::kTransport;
 }

@@ -76,11 +76,13 @@ class HostileProducerTest : public ::testing::Test {
     StartConsumer("grpc");
   }
 
-  void StartConsumer(const char* protocol, absl::Duration peer_timeout = absl::Seconds(5)) {
+  void StartConsumer(const char* protocol, absl::Duration peer_timeout = absl::Seconds(5),
+                     plugin::TransportSettings transport_settings = {}) {
     consumer_.reset();
     WorkerServerOptions options;
     options.task = 1;
     options.protocol = protocol;
+    options.data_plane.transport_settings = std::move(transport_settings);
     options.cluster = *ClusterSpec::FromFlag(
         absl::StrCat("worker=127.0.0.1:", port_, ",127.0.0.1:0"));
     options.control.max_tensor_bytes = uint64_t{4} << 30;
@@ -186,9 +188,7 @@ TEST_F(HostileProducerTest, GarbageProducerAddressFailsTheRecv) {
 // A producer that describes a tagged send, says the send is done, and never
 // sends: the consumer's posted receive is bounded by the peer timeout.
 TEST_F(HostileProducerTest, TaggedSendThatNeverComesFailsTheRecvWithinThePeerTimeout) {
-  setenv("RDV_UCX_OP", "tag", 1);
-  StartConsumer("grpc+ucx", absl::Seconds(1));
-  unsetenv("RDV_UCX_OP");
+  StartConsumer("grpc+ucx", absl::Seconds(1), {{"op", "tag"}});
   if (consumer_ == nullptr) return;
   TensorMeta meta = ForgedMeta(DType::kUInt8, {65536}, 0);
   TransportDescriptor* transport = meta.mutable_transport();

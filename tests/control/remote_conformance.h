@@ -27,6 +27,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "control/protocol.h"
 #include "control/tensor_codec.h"
 #include "control/tensor_pattern.h"
@@ -104,13 +105,6 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
       if (std::getenv("RDV_TEST_REQUIRE_RDMA") != nullptr) FAIL() << "no RDMA device";
       GTEST_SKIP() << "no RDMA device on this machine (tests/softroce runs these)";
     }
-    // The consumer (this process) and the producer (its child) both read it.
-    if (GetParam().ucx_tls != nullptr) {
-      setenv("UCX_TLS", GetParam().ucx_tls, 1);
-    } else {
-      unsetenv("UCX_TLS");
-    }
-    if (GetParam().ucx_op != nullptr) scoped_env_.Set("RDV_UCX_OP", GetParam().ucx_op);
     if (GetParam().needs_rdma && GetParam().ucx_tls != nullptr) {
       scoped_env_.Set("UCX_UD_VERBS_ETH_DGID_CHECK", "n");
       if (const char* device = std::getenv("RDV_IB_DEVICE")) {
@@ -123,6 +117,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     options.protocol = GetParam().protocol;
     options.cluster = *ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1");
     options.control.peer_timeout = kPeerTimeout;
+    options.data_plane.transport_settings = TransportSettingsOf(GetParam());
     // The door the environment sets up (tests/control/CMakeLists.txt runs
     // the suite once more with TLS and a token), for the producer too.
     absl::StatusOr<SecurityOptions> security = SecurityOptions::FromEnvironment();
@@ -148,7 +143,8 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     const std::vector<std::string> args = {
         "--task=0", "--enable_driver", absl::StrCat("--protocol=", GetParam().protocol),
         absl::StrCat("--listen=", launcher ? HostOf(launcher) : "127.0.0.1", ":0"),
-        absl::StrCat("--cluster=worker=127.0.0.1:1,", consumer_->address())};
+        absl::StrCat("--cluster=worker=127.0.0.1:1,", consumer_->address()),
+        absl::StrCat("--transport_settings=", TransportSettingsFlag(GetParam()))};
     auto producer = launcher ? WorkerProcess::Launch(launcher, args, kWaitLimit, ProducerEnv())
                              : WorkerProcess::Start(args, kWaitLimit, ProducerEnv());
     ASSERT_TRUE(producer.ok()) << producer.status();
@@ -163,19 +159,37 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
         CreateMemberChannel(producer_->address(), security_, PeerChannelArguments(control)));
   }
 
-  // What the producer runs under beside its own host's environment: this
-  // setting's UCX_TLS and, with RDV_TEST_PEER_IB_DEVICE, another device, so
-  // that the bytes cross the wire between the two.
+  // The transport settings both workers of `setting` run with: its tls (UCX's
+  // own choice, "all", when it names none, whatever UCX_TLS this process
+  // inherited) and op.
+  static plugin::TransportSettings TransportSettingsOf(const ProtocolSetting& setting) {
+    if (!absl::StrContains(setting.protocol, "ucx")) return {};
+    plugin::TransportSettings settings{{"tls", setting.ucx_tls ? setting.ucx_tls : "all"}};
+    if (setting.ucx_op != nullptr) settings["op"] = setting.ucx_op;
+    return settings;
+  }
+
+  // The producer's, as rdv-worker's --transport_settings, with
+  // RDV_TEST_PEER_IB_DEVICE's device (so that the bytes cross the wire
+  // between two devices) and `extra_producer_settings_`.
+  std::string TransportSettingsFlag(const ProtocolSetting& setting) const {
+    plugin::TransportSettings settings = TransportSettingsOf(setting);
+    const char* peer = std::getenv("RDV_TEST_PEER_IB_DEVICE");
+    if (setting.needs_rdma && peer != nullptr && absl::StrContains(setting.protocol, "verbs")) {
+      settings["device"] = peer;
+    }
+    for (const auto& [name, value] : extra_producer_settings_) settings[name] = value;
+    return absl::StrJoin(settings, ";", absl::PairFormatter("="));
+  }
+
+  // What the producer runs under beside its own host's environment: UCX's
+  // variables for RDMA, with RDV_TEST_PEER_IB_DEVICE another device.
   EnvChanges ProducerEnv() const {
     EnvChanges env = extra_producer_env_;
     const ProtocolSetting& setting = GetParam();
-    env.emplace_back("UCX_TLS", setting.ucx_tls ? std::optional<std::string>(setting.ucx_tls)
-                                                : std::nullopt);
-    if (setting.ucx_op != nullptr) env.emplace_back("RDV_UCX_OP", setting.ucx_op);
     if (!setting.needs_rdma) return env;
     if (setting.ucx_tls != nullptr) env.emplace_back("UCX_UD_VERBS_ETH_DGID_CHECK", "n");
     if (const char* peer = std::getenv("RDV_TEST_PEER_IB_DEVICE")) {
-      env.emplace_back("RDV_IB_DEVICE", peer);
       env.emplace_back("UCX_NET_DEVICES", absl::StrCat(peer, ":1"));
     }
     return env;
@@ -234,6 +248,15 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     ASSERT_EQ(producer_->Stop(), 0);
     producer_.reset();
     extra_producer_env_.emplace_back(name, value);
+    StartProducer();
+  }
+
+  // Restarts the producer with the transport setting `name` (the plugin's
+  // name for it) set to `value`.
+  void RestartProducerWithSetting(const char* name, const char* value) {
+    ASSERT_EQ(producer_->Stop(), 0);
+    producer_.reset();
+    extra_producer_settings_[name] = value;
     StartProducer();
   }
 
@@ -411,6 +434,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
 
   ScopedEnv scoped_env_;  // declared first: restored after the workers are gone
   EnvChanges extra_producer_env_;
+  plugin::TransportSettings extra_producer_settings_;
   std::unique_ptr<WorkerServer> consumer_;
   SecurityOptions security_;
   std::unique_ptr<WorkerProcess> producer_;

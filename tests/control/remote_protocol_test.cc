@@ -33,8 +33,8 @@ TEST_P(RemoteConformanceTest, SingleMessageRequestOfALargePayloadIsHeldAndFetche
 // (which needs the consumer to read the meta first): the value is held and
 // fetched in a second call, never lost or hung.
 TEST_P(RemoteConformanceTest, TaggedProducerServesASingleMessageConsumer) {
-  if (!absl::StrContains(GetParam().protocol, "ucx")) GTEST_SKIP() << "RDV_UCX_OP is UCX's";
-  RestartProducerWith("RDV_UCX_OP", "tag");
+  if (!absl::StrContains(GetParam().protocol, "ucx")) GTEST_SKIP() << "op is UCX's";
+  RestartProducerWithSetting("op", "tag");
   const ParsedKey key = Key("tagged");
   ASSERT_TRUE(Produce(40, {Item(key, DType::kUInt8, {int64_t{1} << 20}, 9)}).ok());
   Tensor value;
@@ -66,8 +66,8 @@ TEST_P(RemoteConformanceTest, FetchHeldOfAnotherKeyIsRefusedAndTheValueStays) {
 // server waited for the send for good and the shutdown bound ended the
 // process with status 1).
 TEST_P(RemoteConformanceTest, TaggedSendNobodyReceivesDoesNotHoldTheProducersShutdown) {
-  if (!absl::StrContains(GetParam().protocol, "ucx")) GTEST_SKIP() << "RDV_UCX_OP is UCX's";
-  RestartProducerWith("RDV_UCX_OP", "tag");
+  if (!absl::StrContains(GetParam().protocol, "ucx")) GTEST_SKIP() << "op is UCX's";
+  RestartProducerWithSetting("op", "tag");
   const ParsedKey key = Key("never_received");
   ASSERT_TRUE(Produce(43, {Item(key, DType::kUInt8, {int64_t{1} << 20}, 12)}).ok());
   RecvTensorRequest request = RawRequest(43, key, 43001);

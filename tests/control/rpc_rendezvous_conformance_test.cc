@@ -27,10 +27,9 @@ class CrossWorkerRendezvous final : public Rendezvous {
  public:
   // Null, with a test failure, when a worker does not start.
   static std::unique_ptr<Rendezvous> Make(const char* protocol, const char* ucx_tls) {
-    ucx_tls != nullptr ? setenv("UCX_TLS", ucx_tls, 1) : unsetenv("UCX_TLS");
     auto made = std::unique_ptr<CrossWorkerRendezvous>(new CrossWorkerRendezvous);
-    made->producer_ = StartWorker(protocol, 0);
-    made->consumer_ = StartWorker(protocol, 1);
+    made->producer_ = StartWorker(protocol, 0, ucx_tls);
+    made->consumer_ = StartWorker(protocol, 1, ucx_tls);
     if (made->producer_ == nullptr || made->consumer_ == nullptr) return nullptr;
     for (WorkerServer* worker : {made->producer_.get(), made->consumer_.get()}) {
       worker->worker_cache().SetAddress("worker", 0, made->producer_->address());
@@ -73,10 +72,12 @@ class CrossWorkerRendezvous final : public Rendezvous {
  private:
   CrossWorkerRendezvous() = default;
 
-  static std::unique_ptr<WorkerServer> StartWorker(const char* protocol, int task) {
+  static std::unique_ptr<WorkerServer> StartWorker(const char* protocol, int task,
+                                                   const char* ucx_tls) {
     WorkerServerOptions options;
     options.task = task;
     options.protocol = protocol;
+    if (ucx_tls != nullptr) options.data_plane.transport_settings["tls"] = ucx_tls;
     options.cluster = *control::ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1");
     absl::StatusOr<std::unique_ptr<WorkerServer>> worker = WorkerServer::Start(options);
     EXPECT_TRUE(worker.ok()) << worker.status();

@@ -13,23 +13,37 @@ static int check(const char* path) {
     fprintf(stderr, "FAIL %s: dlopen: %s\n", path, dlerror());
     return 1;
   }
-  rdv_transport_entry_v2_fn entry;
+  rdv_transport_entry_v3_fn entry_v3;
+  rdv_transport_entry_v2_fn entry_v2;
   /* POSIX's way to turn dlsym's object pointer into a function pointer. */
-  *(void**)(&entry) = dlsym(library, RDV_TRANSPORT_ENTRY_V2);
-  if (entry == NULL) {
-    fprintf(stderr, "FAIL %s: no symbol %s\n", path, RDV_TRANSPORT_ENTRY_V2);
+  *(void**)(&entry_v3) = dlsym(library, RDV_TRANSPORT_ENTRY_V3);
+  *(void**)(&entry_v2) = dlsym(library, RDV_TRANSPORT_ENTRY_V2);
+  if (entry_v3 != NULL) {
+    const rdv_transport_v3_t* api = entry_v3();
+    size_t count = 0;
+    if (api == NULL || api->abi_version != 3 || api->struct_size != sizeof(rdv_transport_v3_t) ||
+        api->name == NULL || api->init == NULL || api->post_get == NULL ||
+        api->post_recv == NULL || api->abort == NULL || api->cancel_recv == NULL ||
+        api->settings == NULL || api->settings(&count) == NULL || count == 0) {
+      fprintf(stderr, "FAIL %s: the entry point returned an incomplete v3 table\n", path);
+      return 1;
+    }
+    printf("ok %s: transport '%s', ABI v3, %zu settings\n", path, api->name, count);
+    return 0;
+  }
+  if (entry_v2 == NULL) {
+    fprintf(stderr, "FAIL %s: no symbol %s or %s\n", path, RDV_TRANSPORT_ENTRY_V3,
+            RDV_TRANSPORT_ENTRY_V2);
     return 1;
   }
-  const rdv_transport_v2_t* api = entry();
-  if (api == NULL || api->abi_version != RDV_TRANSPORT_ABI_VERSION ||
-      api->struct_size != sizeof(rdv_transport_v2_t) || api->name == NULL || api->init == NULL ||
-      api->post_get == NULL || api->post_recv == NULL || api->abort == NULL ||
-      api->cancel_recv == NULL) {
-    fprintf(stderr, "FAIL %s: the entry point returned an incomplete v%d table\n", path,
-            RDV_TRANSPORT_ABI_VERSION);
+  const rdv_transport_v2_t* api = entry_v2();
+  if (api == NULL || api->abi_version != 2 || api->struct_size != sizeof(rdv_transport_v2_t) ||
+      api->name == NULL || api->init == NULL || api->post_get == NULL ||
+      api->post_recv == NULL || api->abort == NULL || api->cancel_recv == NULL) {
+    fprintf(stderr, "FAIL %s: the entry point returned an incomplete v2 table\n", path);
     return 1;
   }
-  printf("ok %s: transport '%s', ABI v%u\n", path, api->name, api->abi_version);
+  printf("ok %s: transport '%s', ABI v2\n", path, api->name);
   return 0;
 }
 

@@ -5,11 +5,14 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "core/notification.h"
 
@@ -27,8 +30,11 @@ TEST_F(TransportLoaderTest, WrongAbiVersionIsRefusedClearly) {
   ASSERT_EQ(transport.status().code(), absl::StatusCode::kFailedPrecondition);
   const std::string message(transport.status().message());
   EXPECT_NE(message.find("librdv_transport_wrongabi.so"), std::string::npos) << message;
-  EXPECT_NE(message.find("ABI version 99"), std::string::npos) << message;
-  EXPECT_NE(message.find("needs version 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("rdv_transport_v2 reports ABI version 99"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("rdv takes transport ABI 3 (rdv_transport_v3) and 2"),
+            std::string::npos)
+      << message;
 }
 
 TEST_F(TransportLoaderTest, MissingEntryPointIsRefusedClearly) {
@@ -36,7 +42,74 @@ TEST_F(TransportLoaderTest, MissingEntryPointIsRefusedClearly) {
   ASSERT_EQ(transport.status().code(), absl::StatusCode::kFailedPrecondition);
   const std::string message(transport.status().message());
   EXPECT_NE(message.find("librdv_transport_nosymbol.so"), std::string::npos) << message;
-  EXPECT_NE(message.find("rdv_transport_v2"), std::string::npos) << message;
+  EXPECT_NE(message.find("no symbol rdv_transport_v3 or rdv_transport_v2"), std::string::npos)
+      << message;
+}
+
+// A plugin built against the frozen v2 ABI (the UCX plugin, built so) still
+// loads, takes no settings, and says which version it speaks; the
+// conformance suite below runs on it as well.
+TEST(TransportAbiTest, AV2PluginLoadsWithoutSettings) {
+  auto transport = Transport::Load("ucx_abi_v2");
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  EXPECT_EQ((*transport)->abi_version(), 2u);
+  EXPECT_TRUE((*transport)->settings().empty());
+  auto refused = Transport::Load("ucx_abi_v2", {{"tls", "tcp"}});
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "ABI v2, which takes no settings"))
+      << refused.status();
+}
+
+TEST(TransportAbiTest, AV3PluginListsItsSettingsAndRefusesOthers) {
+  auto transport = Transport::Load("ucx", {{"op", "tag"}});
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  EXPECT_EQ((*transport)->abi_version(), 3u);
+  std::vector<std::string> names;
+  for (const TransportSetting& setting : (*transport)->settings()) {
+    names.push_back(setting.name);
+    if (setting.name == "op") {
+      EXPECT_EQ(setting.value, "tag");
+      EXPECT_EQ(setting.environment, "RDV_UCX_OP");
+      EXPECT_EQ(setting.default_value, "auto");
+    }
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"tls", "op", "progress"}));
+  auto refused = Transport::Load("ucx", {{"colour", "blue"}});
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "no setting 'colour'; it takes: tls, op, progress"))
+      << refused.status();
+}
+
+// A value out of range is refused by name, before any device is looked for.
+TEST(TransportAbiTest, VerbsRefusesASettingOutOfRangeNamingIt) {
+  if (absl::IsNotFound(Transport::ListSettings("verbs").status())) {
+    GTEST_SKIP() << "the verbs plugin is not built here";
+  }
+  auto transport = Transport::Load("verbs", {{"qp_timeout", "99"}});
+  ASSERT_EQ(transport.status().code(), absl::StatusCode::kInvalidArgument) << transport.status();
+  EXPECT_TRUE(absl::StrContains(transport.status().message(),
+                                "qp_timeout (RDV_IB_QP_TIMEOUT)='99': expected an integer in "
+                                "[1, 31]"))
+      << transport.status();
+}
+
+// Every variable a plugin reads a setting from is in docs/configuration.md.
+TEST(TransportAbiTest, EverySettingsVariableIsDocumented) {
+  std::ifstream file(std::string(RDV_SOURCE_DIR) + "/docs/configuration.md");
+  const std::string docs((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(docs.empty());
+  for (const char* name : {"ucx", "verbs"}) {
+    auto settings = Transport::ListSettings(name);
+    if (absl::IsNotFound(settings.status())) continue;  // not built here
+    ASSERT_TRUE(settings.ok()) << settings.status();
+    EXPECT_FALSE(settings->empty()) << name;
+    for (const TransportSetting& setting : *settings) {
+      EXPECT_TRUE(absl::StrContains(docs, absl::StrCat("`", setting.environment, "`")))
+          << name << "'s setting " << setting.name << " (" << setting.environment
+          << ") is missing from docs/configuration.md";
+    }
+  }
 }
 
 TEST_F(TransportLoaderTest, UnknownTransportSaysWhereItLooked) {
@@ -53,13 +126,9 @@ TEST_F(TransportLoaderTest, UnknownTransportSaysWhereItLooked) {
 // RDV_TEST_PEER_IB_DEVICE puts the peer context on another device.
 std::shared_ptr<Transport> LoadOrSkip(const std::string& name, bool peer = false) {
   const char* peer_device = std::getenv("RDV_TEST_PEER_IB_DEVICE");
-  const char* own_device = std::getenv("RDV_IB_DEVICE");
-  const std::string saved = own_device ? own_device : "";
-  if (peer && peer_device != nullptr) setenv("RDV_IB_DEVICE", peer_device, 1);
-  auto transport = Transport::Load(name);
-  if (peer && peer_device != nullptr) {
-    own_device ? setenv("RDV_IB_DEVICE", saved.c_str(), 1) : unsetenv("RDV_IB_DEVICE");
-  }
+  TransportSettings settings;
+  if (peer && peer_device != nullptr && name == "verbs") settings["device"] = peer_device;
+  auto transport = Transport::Load(name, settings);
   if (!transport.ok() && absl::IsUnavailable(transport.status()) &&
       std::getenv("RDV_TEST_REQUIRE_RDMA") == nullptr) {
     return nullptr;
@@ -365,7 +434,7 @@ TEST_P(TransportConformanceTest, TaggedSendMeetsItsRecv) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportConformanceTest,
-                         ::testing::Values("ucx", "verbs"),
+                         ::testing::Values("ucx", "ucx_abi_v2", "verbs"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            return param.param;
                          });

@@ -1,6 +1,7 @@
 // The UCX plugin's settings, as a loaded plugin applies them: which
-// transports get rdv's segment defaults, get versus tag by UCX_TLS, and the
-// values it refuses.
+// transports get rdv's segment defaults, get versus tag by its tls, the
+// values it refuses, and where a setting comes from. UCX's own segment
+// variables are UCX's, read from the environment by UCX itself.
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -36,12 +37,11 @@ TEST(UcxTransportTest, TunesSegmentsOnlyWhereTheirTransportIsAllowedAndUnset) {
       {"posix,cma,self", "UCX_SYSV_SEG_SIZE", false, false},
   };
   for (const auto& c : cases) {
-    ScopedVariable tls("UCX_TLS", c.tls);
     ScopedVariable tcp("UCX_TCP_RX_SEG_SIZE", nullptr);
     ScopedVariable sysv("UCX_SYSV_SEG_SIZE", nullptr);
     std::optional<ScopedVariable> user;
     if (c.user_variable != nullptr) user.emplace(c.user_variable, "16K");
-    auto transport = Transport::Load("ucx");
+    auto transport = Transport::Load("ucx", {{"tls", c.tls}});
     ASSERT_TRUE(transport.ok()) << transport.status();
     const std::string description = (*transport)->description();
     EXPECT_EQ(description.find("UCX_TCP_RX_SEG_SIZE=1M") != std::string::npos, c.tcp_tuned)
@@ -63,17 +63,14 @@ TEST(UcxTransportTest, GetsOnlyWhereTheNicConfinesTheRead) {
                {"sm,tcp", true},       {"rc_verbs,tcp", true},      {"posix,cma,self", true},
                {"ud_verbs", true},     {"rc_verbs,ud_verbs", false}, {"rc_verbs,self", false},
                {"dc_mlx5", false},     {"ib", false}};
-  ScopedVariable op("RDV_UCX_OP", nullptr);
-  ScopedVariable unset_tls("UCX_TLS", nullptr);
   {
-    auto transport = Transport::Load("ucx");
+    auto transport = Transport::Load("ucx", {{"op", "auto"}, {"tls", "all"}});
     ASSERT_TRUE(transport.ok()) << transport.status();
-    EXPECT_EQ((*transport)->preferred_op(), RDV_TRANSPORT_OP_TAG) << "UCX_TLS unset";
+    EXPECT_EQ((*transport)->preferred_op(), RDV_TRANSPORT_OP_TAG) << "every transport";
   }
   const bool require_rdma = std::getenv("RDV_TEST_REQUIRE_RDMA") != nullptr;
   for (const auto& c : cases) {
-    ScopedVariable tls("UCX_TLS", c.tls);
-    auto transport = Transport::Load("ucx");
+    auto transport = Transport::Load("ucx", {{"op", "auto"}, {"tls", c.tls}});
     // RDMA-only settings load where a device is (tests/softroce).
     if (!transport.ok() && !require_rdma &&
         absl::StrContains(transport.status().message(), "No such device")) {
@@ -85,27 +82,39 @@ TEST(UcxTransportTest, GetsOnlyWhereTheNicConfinesTheRead) {
   }
 }
 
-TEST(UcxTransportTest, RefusesAnUnknownOp) {
-  ScopedVariable op("RDV_UCX_OP", "put");
-  auto transport = Transport::Load("ucx");
+TEST(UcxTransportTest, RefusesAnUnknownOpNamingTheSettingAndItsVariable) {
+  auto transport = Transport::Load("ucx", {{"op", "put"}});
   ASSERT_EQ(transport.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(transport.status().message().find("RDV_UCX_OP='put'"), absl::string_view::npos)
+  EXPECT_TRUE(absl::StrContains(transport.status().message(),
+                                "op (RDV_UCX_OP)='put': expected one of 'auto', 'get', 'tag'"))
       << transport.status();
+}
+
+// A setting the caller gives wins over its variable; one it leaves out is
+// read from the variable the plugin names.
+TEST(UcxTransportTest, AGivenSettingWinsOverItsVariable) {
+  ScopedVariable op("RDV_UCX_OP", "get");
+  auto from_variable = Transport::Load("ucx", {{"tls", "tcp"}});
+  ASSERT_TRUE(from_variable.ok()) << from_variable.status();
+  EXPECT_EQ((*from_variable)->preferred_op(), RDV_TRANSPORT_OP_GET);
+  auto given = Transport::Load("ucx", {{"tls", "tcp"}, {"op", "tag"}});
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ((*given)->preferred_op(), RDV_TRANSPORT_OP_TAG);
 }
 
 // UCX would hang at the first transfer of a 64 KiB segment or more.
 TEST(UcxTransportTest, RefusesSharedMemorySegmentsThatHangUcx) {
-  ScopedVariable tls("UCX_TLS", "posix,cma,self");
+  const TransportSettings shared_memory = {{"tls", "posix,cma,self"}};
   for (const char* name : {"UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE", "UCX_MM_SEG_SIZE"}) {
     ScopedVariable segment(name, "64K");
-    auto transport = Transport::Load("ucx");
+    auto transport = Transport::Load("ucx", shared_memory);
     ASSERT_EQ(transport.status().code(), absl::StatusCode::kInvalidArgument) << name;
     const std::string message(transport.status().message());
     EXPECT_NE(message.find(std::string(name) + "=64K"), std::string::npos) << message;
     EXPECT_NE(message.find("at most 60000"), std::string::npos) << message;
   }
   ScopedVariable accepted("UCX_POSIX_SEG_SIZE", "60000");
-  EXPECT_TRUE(Transport::Load("ucx").ok());
+  EXPECT_TRUE(Transport::Load("ucx", shared_memory).ok());
 }
 
 }  // namespace

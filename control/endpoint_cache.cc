@@ -1,0 +1,113 @@
+#include "control/endpoint_cache.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace rdv::control {
+
+EndpointCache::EndpointCache(std::shared_ptr<const plugin::Transport> transport)
+    : transport_(std::move(transport)), connector_([this] { ConnectLoop(); }) {}
+
+EndpointCache::~EndpointCache() { Shutdown(); }
+
+void EndpointCache::Shutdown() {
+  absl::flat_hash_map<std::string, Pending> abandoned;
+  std::vector<Endpoint> endpoints;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    abandoned.swap(pending_);
+    for (auto& [address, endpoint] : endpoints_) endpoints.push_back(endpoint);
+    endpoints_.clear();
+  }
+  work_.notify_all();
+  std::call_once(joined_, [this] { connector_.join(); });
+  // Outside the lock: an abort runs the endpoint's callbacks.
+  for (const Endpoint& endpoint : endpoints) endpoint->Abort();
+  for (auto& [address, pending] : abandoned) {
+    for (Ready& ready : pending.waiting) {
+      std::move(ready)(absl::CancelledError("the data plane is shutting down"));
+    }
+  }
+}
+
+void EndpointCache::With(const std::string& address, Ready ready) {
+  std::unique_lock lock(mu_);
+  if (auto it = endpoints_.find(address); it != endpoints_.end()) {
+    Endpoint endpoint = it->second;
+    lock.unlock();
+    std::move(ready)(std::move(endpoint));
+    return;
+  }
+  if (stopping_) {
+    lock.unlock();
+    std::move(ready)(absl::CancelledError("the data plane is shutting down"));
+    return;
+  }
+  auto [it, first] = pending_.try_emplace(address);
+  it->second.waiting.push_back(std::move(ready));
+  if (!first) return;
+  queue_.push_back(address);
+  lock.unlock();
+  work_.notify_one();
+}
+
+void EndpointCache::ConnectLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    const std::string address = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    Connect(address);
+    lock.lock();
+  }
+}
+
+void EndpointCache::Connect(const std::string& address) {
+  absl::StatusOr<std::unique_ptr<plugin::TransportEndpoint>> made = transport_->Connect(address);
+  std::vector<Ready> waiting;
+  absl::StatusOr<Endpoint> outcome = absl::UnknownError("not connected");
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(address);
+    if (it == pending_.end()) return;  // Shutdown took it
+    waiting = std::move(it->second.waiting);
+    const bool peer_lost = it->second.peer_lost;
+    pending_.erase(it);
+    if (peer_lost) {
+      outcome = absl::UnavailableError(
+          absl::StrCat("the peer was lost while ", transport_->name(), " connected to it"));
+    } else if (!made.ok()) {
+      outcome = made.status();
+    } else {
+      Endpoint endpoint = *std::move(made);
+      endpoints_[address] = endpoint;
+      outcome = std::move(endpoint);
+    }
+  }
+  for (Ready& ready : waiting) std::move(ready)(outcome);
+}
+
+void EndpointCache::Forget(const std::string& address) {
+  std::lock_guard lock(mu_);
+  endpoints_.erase(address);
+}
+
+void EndpointCache::PeerLost(const std::string& address) {
+  Endpoint endpoint;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = pending_.find(address); it != pending_.end()) it->second.peer_lost = true;
+    auto it = endpoints_.find(address);
+    if (it == endpoints_.end()) return;
+    endpoint = std::move(it->second);
+    endpoints_.erase(it);
+  }
+  // Outside the lock: an abort runs the endpoint's callbacks.
+  endpoint->Abort();
+}
+
+}  // namespace rdv::control

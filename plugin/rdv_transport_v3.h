@@ -1,0 +1,72 @@
+/* rdv's transport plugin ABI, version 3: version 2's table (whose comments
+ * in rdv_transport_v2.h hold for every function here) and `settings`, the
+ * plugin's list of what it can be configured with. With it the host passes
+ * every setting through init's params, and the plugin reads no environment
+ * variable of rdv's.
+ *
+ * A v3 plugin exports
+ *     const rdv_transport_v3_t* rdv_transport_v3(void);
+ */
+#ifndef RDV_PLUGIN_RDV_TRANSPORT_V3_H_
+#define RDV_PLUGIN_RDV_TRANSPORT_V3_H_
+
+#include "rdv_transport_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RDV_TRANSPORT_ENTRY_V3 "rdv_transport_v3"
+
+typedef struct rdv_transport_v3_ops {
+  uint32_t abi_version; /* 3 */
+  uint32_t struct_size; /* sizeof(rdv_transport_v3_t) as the plugin saw it */
+  const char* name;
+
+  int (*init)(const rdv_transport_init_params_t* params, rdv_transport_context_t* context,
+              rdv_transport_error_t* error);
+  void (*finalize)(rdv_transport_context_t context);
+  int (*query)(rdv_transport_context_t context, rdv_transport_attributes_t* attributes,
+               rdv_transport_error_t* error);
+  int (*local_address)(rdv_transport_context_t context, void* buffer, size_t* length,
+                       rdv_transport_error_t* error);
+  int (*connect)(rdv_transport_context_t context, const void* peer_address, size_t length,
+                 rdv_transport_endpoint_t* endpoint, rdv_transport_error_t* error);
+  void (*disconnect)(rdv_transport_endpoint_t endpoint);
+  int (*mem_alloc)(rdv_transport_context_t context, size_t length, rdv_transport_memory_t* memory,
+                   void** address, rdv_transport_error_t* error);
+  int (*mem_register)(rdv_transport_context_t context, void* address, size_t length,
+                      uint32_t memory_type, int device, rdv_transport_memory_t* memory,
+                      rdv_transport_error_t* error);
+  void (*mem_release)(rdv_transport_memory_t memory);
+  int (*mem_pack)(rdv_transport_memory_t memory, void* buffer, size_t* length,
+                  rdv_transport_error_t* error);
+  int (*post_get)(rdv_transport_endpoint_t endpoint, void* local,
+                  rdv_transport_memory_t local_memory, uint64_t remote_address,
+                  const void* remote_key, size_t remote_key_length, size_t length,
+                  rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error);
+  int (*post_put)(rdv_transport_endpoint_t endpoint, const void* local,
+                  rdv_transport_memory_t local_memory, uint64_t remote_address,
+                  const void* remote_key, size_t remote_key_length, size_t length,
+                  rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error);
+  int (*post_send)(rdv_transport_endpoint_t endpoint, const void* local,
+                   rdv_transport_memory_t local_memory, size_t length, uint64_t tag,
+                   rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error);
+  int (*post_recv)(rdv_transport_context_t context, void* local,
+                   rdv_transport_memory_t local_memory, size_t length, uint64_t tag,
+                   rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error);
+  void (*abort)(rdv_transport_endpoint_t endpoint);
+  int (*cancel_recv)(rdv_transport_context_t context, uint64_t tag, rdv_transport_error_t* error);
+
+  /* The settings init takes: a static table of `*count` entries, valid as
+   * long as the library is loaded. Callable before init, from any thread. */
+  const rdv_transport_setting_info_t* (*settings)(size_t* count);
+} rdv_transport_v3_t;
+
+typedef const rdv_transport_v3_t* (*rdv_transport_entry_v3_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RDV_PLUGIN_RDV_TRANSPORT_V3_H_ */
