@@ -8,7 +8,8 @@
  * first and falls back to older ones, so a plugin built against an older,
  * frozen version keeps loading:
  *   rdv_transport_v2.h  frozen: cancellation (abort, cancel_recv)
- *   rdv_transport_v3.h  settings listed by the plugin, passed in at init
+ *   rdv_transport_v3.h  settings listed by the plugin, passed in at init;
+ *                       small messages (post_message, init's on_message)
  * rdv_transport_types.h holds what every version shares.
  */
 #ifndef RDV_PLUGIN_RDV_TRANSPORT_H_

@@ -60,6 +60,11 @@ typedef struct rdv_transport_setting_info {
   const char* description;   /* one line: the values and what they do */
 } rdv_transport_setting_info_t;
 
+/* A message arrived (ABI v3): runs on the progress thread, must not block,
+ * may post operations. `message` is valid during the call only. It does not
+ * name its sender: a message that needs to carries it. */
+typedef void (*rdv_transport_message_fn)(void* user, const void* message, size_t length);
+
 /* One setting's value, by the name the plugin lists. */
 typedef struct rdv_transport_setting {
   const char* name;
@@ -70,6 +75,7 @@ enum {
   RDV_TRANSPORT_INIT_FIELD_LOG = 1u << 0,       /* log, log_user */
   RDV_TRANSPORT_INIT_FIELD_LOG_LEVEL = 1u << 1, /* log_level */
   RDV_TRANSPORT_INIT_FIELD_SETTINGS = 1u << 2,  /* settings, num_settings (ABI v3) */
+  RDV_TRANSPORT_INIT_FIELD_MESSAGES = 1u << 3,  /* on_message, on_message_user (ABI v3) */
 };
 
 typedef struct rdv_transport_init_params {
@@ -83,6 +89,10 @@ typedef struct rdv_transport_init_params {
    * defaults. */
   const rdv_transport_setting_t* settings;
   size_t num_settings;
+  /* Where messages posted to this context by peers arrive (ABI v3). Without
+   * it, a plugin drops them. */
+  rdv_transport_message_fn on_message;
+  void* on_message_user; /* handed back to `on_message`; must outlive the context */
 } rdv_transport_init_params_t;
 
 enum {
@@ -94,6 +104,7 @@ enum {
   RDV_TRANSPORT_OP_GET = 1u << 0, /* the consumer reads the producer's buffer */
   RDV_TRANSPORT_OP_PUT = 1u << 1, /* the producer writes the consumer's buffer */
   RDV_TRANSPORT_OP_TAG = 1u << 2, /* the producer sends, the consumer receives by tag */
+  RDV_TRANSPORT_OP_MESSAGE = 1u << 3, /* small messages to a context's on_message (ABI v3) */
 };
 
 enum {
@@ -102,6 +113,7 @@ enum {
   RDV_TRANSPORT_ATTR_FIELD_GPUDIRECT = 1u << 2,
   RDV_TRANSPORT_ATTR_FIELD_OPS = 1u << 3,
   RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION = 1u << 4,
+  RDV_TRANSPORT_ATTR_FIELD_MAX_MESSAGE = 1u << 5,
 };
 
 typedef struct rdv_transport_attributes {
@@ -112,6 +124,7 @@ typedef struct rdv_transport_attributes {
   uint32_t ops;             /* RDV_TRANSPORT_OP_* supported */
   uint32_t preferred_op;    /* the faster one on this configuration */
   char description[256];    /* e.g. the transports UCX chose */
+  size_t max_message_bytes; /* the longest message post_message takes; 0: none */
 } rdv_transport_attributes_t;
 
 #ifdef __cplusplus

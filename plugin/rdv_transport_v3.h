@@ -1,8 +1,11 @@
 /* rdv's transport plugin ABI, version 3: version 2's table (whose comments
- * in rdv_transport_v2.h hold for every function here) and `settings`, the
- * plugin's list of what it can be configured with. With it the host passes
- * every setting through init's params, and the plugin reads no environment
- * variable of rdv's.
+ * in rdv_transport_v2.h hold for every function here) and
+ *  - `settings`, the plugin's list of what it can be configured with: the
+ *    host passes every setting through init's params, and the plugin reads
+ *    no environment variable of rdv's;
+ *  - post_message, small messages that arrive at the peer context's
+ *    on_message (init's MESSAGES field): the control traffic of a transfer
+ *    (a request, a notice that bytes landed) without the control plane.
  *
  * A v3 plugin exports
  *     const rdv_transport_v3_t* rdv_transport_v3(void);
@@ -61,6 +64,16 @@ typedef struct rdv_transport_v3_ops {
   /* The settings init takes: a static table of `*count` entries, valid as
    * long as the library is loaded. Callable before init, from any thread. */
   const rdv_transport_setting_info_t* (*settings)(size_t* count);
+
+  /* Sends `length` bytes (at most the attributes' max_message_bytes) to the
+   * peer's on_message. The bytes are copied before it returns; `done` runs
+   * once on the progress thread when they have left, or failed. Messages
+   * may arrive in another order than posted: one that must follow another
+   * says so itself. UNIMPLEMENTED where the plugin does not offer
+   * RDV_TRANSPORT_OP_MESSAGE. */
+  int (*post_message)(rdv_transport_endpoint_t endpoint, const void* message, size_t length,
+                      rdv_transport_completion_fn done, void* user,
+                      rdv_transport_error_t* error);
 } rdv_transport_v3_t;
 
 typedef const rdv_transport_v3_t* (*rdv_transport_entry_v3_fn)(void);

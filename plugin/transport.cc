@@ -23,6 +23,11 @@ void LogFromPlugin(void* user, int level, const char* message) {
   }
 }
 
+void DeliverMessage(void* user, const void* message, size_t length) {
+  (*static_cast<const MessageHandler*>(user))(
+      absl::string_view(static_cast<const char*>(message), length));
+}
+
 void Trampoline(void* user, int code, const char* message) {
   auto* done = static_cast<TransportDone*>(user);
   std::move (*done)(TransportStatus(code, message, "transfer"));
@@ -55,8 +60,10 @@ std::vector<std::string> Transport::SearchPath() {
 }
 
 absl::StatusOr<std::shared_ptr<Transport>> Transport::Load(absl::string_view name,
-                                                           const TransportSettings& settings) {
+                                                           const TransportSettings& settings,
+                                                           MessageHandler on_message) {
   RDV_ASSIGN_OR_RETURN(std::shared_ptr<Transport> transport, Open(name));
+  transport->on_message_ = std::move(on_message);
   RDV_RETURN_IF_ERROR(transport->ResolveSettings(settings));
   RDV_RETURN_IF_ERROR(transport->Initialize());
   RDV_LOG(Info) << "transport " << name << " (ABI v" << transport->abi_version() << ") from "
@@ -216,6 +223,11 @@ absl::Status Transport::Initialize() {
     params.settings = values.data();
     params.num_settings = values.size();
   }
+  if (on_message_ != nullptr && api_.post_message != nullptr) {
+    params.field_mask |= RDV_TRANSPORT_INIT_FIELD_MESSAGES;
+    params.on_message = DeliverMessage;
+    params.on_message_user = &on_message_;
+  }
   rdv_transport_error_t error{};
   if (int code = api_.init(&params, &context_, &error); code != 0) {
     context_ = nullptr;
@@ -224,6 +236,7 @@ absl::Status Transport::Initialize() {
   rdv_transport_attributes_t attributes{};
   attributes.field_mask = RDV_TRANSPORT_ATTR_FIELD_OPS | RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION |
                           RDV_TRANSPORT_ATTR_FIELD_MEMORY_TYPES;
+  if (api_.post_message != nullptr) attributes.field_mask |= RDV_TRANSPORT_ATTR_FIELD_MAX_MESSAGE;
   if (int code = api_.query(context_, &attributes, &error); code != 0) {
     return TransportStatus(code, error.message, absl::StrCat("querying ", path_));
   }
@@ -231,6 +244,9 @@ absl::Status Transport::Initialize() {
   supported_ops_ = attributes.ops;
   description_ = attributes.description;
   reaches_cuda_memory_ = (attributes.memory_types & RDV_TRANSPORT_MEMORY_CUDA) != 0;
+  if (api_.post_message != nullptr && (attributes.ops & RDV_TRANSPORT_OP_MESSAGE)) {
+    max_message_bytes_ = attributes.max_message_bytes;
+  }
   return absl::OkStatus();
 }
 
@@ -344,6 +360,19 @@ void Transport::Send(const TransportEndpoint& endpoint, const void* local, size_
 void Transport::Recv(void* local, size_t length, uint64_t tag, TransportDone done) const {
   Post("recv", std::move(done), [&](TransportDone* user, rdv_transport_error_t* error) {
     return api_.post_recv(context_, local, nullptr, length, tag, Trampoline, user, error);
+  });
+}
+
+void Transport::SendMessage(const TransportEndpoint& endpoint, absl::string_view message,
+                            TransportDone done) const {
+  if (!carries_messages()) {
+    std::move(done)(absl::UnimplementedError(absl::StrCat(
+        "transport ", name_, " carries no messages (", path_, ", ABI v", abi_version(), ")")));
+    return;
+  }
+  Post("message", std::move(done), [&](TransportDone* user, rdv_transport_error_t* error) {
+    return api_.post_message(endpoint.handle(), message.data(), message.size(), Trampoline, user,
+                             error);
   });
 }
 

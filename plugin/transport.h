@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -83,6 +84,11 @@ using TransportDone = absl::AnyInvocable<void(absl::Status) &&>;
 // Values for a plugin's settings, by the names it lists.
 using TransportSettings = std::map<std::string, std::string>;
 
+// Takes each message peers post to this context (ABI v3's messages), on
+// the plugin's progress thread; must not block. The bytes are valid during
+// the call only.
+using MessageHandler = std::function<void(absl::string_view message)>;
+
 // One setting a plugin lists, and the value it was loaded with.
 struct TransportSetting {
   std::string name;
@@ -98,8 +104,10 @@ class Transport : public std::enable_shared_from_this<Transport> {
   // Loads and initializes librdv_transport_<name>.so with `settings`
   // (INVALID_ARGUMENT for a name the plugin does not list, naming those it
   // does; FAILED_PRECONDITION for any, to a v2 plugin).
+  // Messages peers post to it go to `on_message` (none taken when null).
   static absl::StatusOr<std::shared_ptr<Transport>> Load(absl::string_view name,
-                                                         const TransportSettings& settings = {});
+                                                         const TransportSettings& settings = {},
+                                                         MessageHandler on_message = nullptr);
   // What librdv_transport_<name>.so takes, with the values Load would pass
   // it now; the plugin is not initialized (no device needed). Empty for a v2
   // plugin.
@@ -120,6 +128,9 @@ class Transport : public std::enable_shared_from_this<Transport> {
   uint32_t preferred_op() const { return preferred_op_; }
   // RDV_TRANSPORT_OP_* it offers.
   uint32_t supported_ops() const { return supported_ops_; }
+  // It carries messages (SendMessage) of up to max_message_bytes().
+  bool carries_messages() const { return max_message_bytes_ > 0; }
+  size_t max_message_bytes() const { return max_message_bytes_; }
   // The transport moves CUDA device memory itself (GPUDirect RDMA, or
   // UCX's CUDA support); else GPU tensors stage through host memory.
   bool reaches_cuda_memory() const { return reaches_cuda_memory_; }
@@ -142,6 +153,10 @@ class Transport : public std::enable_shared_from_this<Transport> {
   void Send(const TransportEndpoint& endpoint, const void* local, size_t length, uint64_t tag,
             TransportDone done) const;
   void Recv(void* local, size_t length, uint64_t tag, TransportDone done) const;
+  // Sends `message` (copied before this returns) to the peer context's
+  // message handler. UNIMPLEMENTED where !carries_messages().
+  void SendMessage(const TransportEndpoint& endpoint, absl::string_view message,
+                   TransportDone done) const;
   // Ends the Recv waiting under `tag` with CANCELLED if no send matched it
   // yet; NOT_FOUND when none waits (it ended, or its bytes are arriving).
   absl::Status CancelRecv(uint64_t tag) const;
@@ -174,6 +189,8 @@ class Transport : public std::enable_shared_from_this<Transport> {
   uint32_t preferred_op_ = RDV_TRANSPORT_OP_GET;
   uint32_t supported_ops_ = 0;
   bool reaches_cuda_memory_ = false;
+  size_t max_message_bytes_ = 0;
+  MessageHandler on_message_;
 };
 
 // The plugin's error as a Status: `code` and its message, prefixed by what

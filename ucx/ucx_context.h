@@ -45,6 +45,11 @@ struct Close {
   void* request = nullptr;  // null until ucp_ep_close_nbx has returned it
 };
 
+// The active message id of post_message, and the longest message: eager, so
+// it arrives whole in the receiver's callback.
+constexpr unsigned kMessageAmId = 0;
+constexpr size_t kMaxMessageBytes = 4096;
+
 struct Context {
   ucp_context_h ucp = nullptr;
   ucp_worker_h worker = nullptr;
@@ -53,6 +58,8 @@ struct Context {
   std::atomic<bool> stop{false};
   std::thread progress;
   plugin_support::PluginLog log;  // the host's logger
+  rdv_transport_message_fn on_message = nullptr;  // null: messages are not taken
+  void* on_message_user = nullptr;
   uint32_t preferred_op = RDV_TRANSPORT_OP_GET;
   bool cuda_memory = false;  // this UCX build has a CUDA memory domain
   std::string description;
@@ -141,10 +148,6 @@ struct Endpoint {
   std::unordered_set<Operation*> in_flight;  // in_flight_mu: its posted operations
   std::atomic<ucs_status_t> failure{UCS_OK};
   RemoteKeyCache keys;
-  // Reached through shared-memory transports only: their puts are in the
-  // peer's memory when they complete (and a flush on them never completes
-  // in UCX 1.13).
-  bool shared_memory_only = false;
 };
 
 struct Memory {
@@ -165,6 +168,7 @@ struct Operation {
   Context* receiver = nullptr;     // a receive: its context, which tracks it
   uint64_t tag = 0;                // a receive: its tag
   void* request = nullptr;         // a receive: set once posted, under recvs_mu
+  std::string message{};           // a message: its bytes, until UCX has sent them
 };
 
 inline Context* ContextOf(rdv_transport_context_t handle) {
@@ -177,7 +181,7 @@ int Connect(rdv_transport_context_t handle, const void* sealed_address, size_t l
 void Disconnect(rdv_transport_endpoint_t handle);
 void Abort(rdv_transport_endpoint_t handle);
 
-// ucx_transfers.cc: the ABI's posts and cancel_recv.
+// ucx_transfers.cc: the ABI's posts, cancel_recv and messages.
 int PostGet(rdv_transport_endpoint_t endpoint, void* local, rdv_transport_memory_t,
             uint64_t remote_address, const void* remote_key, size_t remote_key_length,
             size_t length, rdv_transport_completion_fn done, void* user,
@@ -193,5 +197,10 @@ int PostRecv(rdv_transport_context_t handle, void* local, rdv_transport_memory_t
              uint64_t tag, rdv_transport_completion_fn done, void* user,
              rdv_transport_error_t* error);
 int CancelRecv(rdv_transport_context_t handle, uint64_t tag, rdv_transport_error_t* error);
+int PostMessage(rdv_transport_endpoint_t handle, const void* message, size_t length,
+                rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error);
+// The receive handler of post_message's active messages.
+ucs_status_t OnMessage(void* arg, const void* header, size_t header_length, void* data,
+                       size_t length, const ucp_am_recv_param_t* param);
 
 }  // namespace rdv::ucx_plugin

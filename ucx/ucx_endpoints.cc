@@ -49,7 +49,6 @@ int Connect(rdv_transport_context_t handle, const void* sealed_address, size_t l
     params.field_mask &= ~uint64_t{UCP_EP_PARAM_FIELD_ERR_HANDLER};
     params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     status = ucp_ep_create(context->worker, &params, &endpoint->ep);
-    endpoint->shared_memory_only = true;
     if (status == UCS_OK) {
       context->log(2, "UCX endpoint without peer-failure handling (transports lack it)");
     }

@@ -1,5 +1,6 @@
 // Transfers: get, put (flushed before it completes), tagged send and
-// receive, and their completions, which run on the progress thread.
+// receive, messages (eager active messages), and their completions, which
+// run on the progress thread.
 #include "ucx/ucx_context.h"
 
 #include <string>
@@ -46,7 +47,10 @@ void OnSendDone(void* request, ucs_status_t status, void* user) {
 }
 
 // A put's completion only frees the local buffer; the flush after it
-// completes once the bytes are in the peer's memory.
+// completes once the bytes are in the peer's memory. Over shared memory too:
+// a put of memory UCX did not allocate travels as active messages, written
+// by the peer's progress after the put completed locally (the test that
+// freed the destination then crashed the peer).
 void OnPutDone(void* request, ucs_status_t status, void* user) {
   ucp_request_free(request);
   auto* op = static_cast<Operation*>(user);
@@ -150,10 +154,8 @@ int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_addres
   return Post(endpoint, endpoint->context, op, [&] {
     ucp_request_param_t param = SendParam(op);
     if (kGet) return ucp_get_nbx(endpoint->ep, local, length, remote_address, rkey, &param);
-    if (!endpoint->shared_memory_only) {
-      op->flush_after = endpoint->ep;
-      param.cb.send = OnPutDone;
-    }
+    op->flush_after = endpoint->ep;
+    param.cb.send = OnPutDone;
     return ucp_put_nbx(endpoint->ep, local, length, remote_address, rkey, &param);
   }, error, kGet ? "ucp_get_nbx" : "ucp_put_nbx");
 }
@@ -219,6 +221,42 @@ int PostRecv(rdv_transport_context_t handle, void* local, rdv_transport_memory_t
   }
   if (it != context->recvs.end() && it->second == op) op->request = posted;
   return code;
+}
+
+int PostMessage(rdv_transport_endpoint_t handle, const void* message, size_t length,
+                rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error) {
+  if (length > kMaxMessageBytes) {
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                    "a message of %zu bytes; UCX messages carry at most %zu", length,
+                    kMaxMessageBytes);
+  }
+  auto* endpoint = reinterpret_cast<Endpoint*>(handle);
+  std::lock_guard lock(endpoint->use_mu);
+  if (endpoint->ep == nullptr) return Aborted(error);
+  auto* op = new Operation{done, user};
+  // Copied: the caller's bytes may go once this returns, UCX's send later.
+  op->message.assign(static_cast<const char*>(message), length);
+  return Post(endpoint, endpoint->context, op, [&] {
+    ucp_request_param_t param = SendParam(op);
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+    return ucp_am_send_nbx(endpoint->ep, kMessageAmId, nullptr, 0, op->message.data(),
+                           op->message.size(), &param);
+  }, error, "ucp_am_send_nbx");
+}
+
+ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length,
+                       const ucp_am_recv_param_t* param) {
+  auto* context = static_cast<Context*>(arg);
+  // Only a peer that is not rdv's sends one so large that UCX chose a
+  // rendezvous for it: dropped, which fails its send.
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    context->log(1, "dropped a UCX message of " + std::to_string(length) +
+                        " bytes sent by rendezvous (rdv's are eager)");
+    return UCS_ERR_MESSAGE_TRUNCATED;
+  }
+  context->on_message(context->on_message_user, data, length);
+  return UCS_OK;
 }
 
 namespace {

@@ -79,6 +79,10 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
   context->log.Configure(params);
   context->busy_poll = settings.busy_poll;
   context->preferred_op = settings.preferred_op;
+  if (params != nullptr && (params->field_mask & RDV_TRANSPORT_INIT_FIELD_MESSAGES)) {
+    context->on_message = params->on_message;
+    context->on_message_user = params->on_message_user;
+  }
 
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
@@ -90,7 +94,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
       settings, config, [context](const std::string& warning) { context->log(1, warning); });
   ucp_params_t ucp_params{};
   ucp_params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  ucp_params.features = UCP_FEATURE_RMA | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  ucp_params.features = UCP_FEATURE_RMA | UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   ucp_params.mt_workers_shared = 1;
   status = ucp_init(&ucp_params, config, &context->ucp);
   ucp_config_release(config);
@@ -103,6 +107,16 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
   worker_params.thread_mode = UCS_THREAD_MODE_MULTI;
   status = ucp_worker_create(context->ucp, &worker_params, &context->worker);
   if (status == UCS_OK) status = ucp_worker_get_efd(context->worker, &context->event_fd);
+  if (status == UCS_OK && context->on_message != nullptr) {
+    ucp_am_handler_param_t handler{};
+    handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                         UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    handler.id = kMessageAmId;
+    handler.cb = OnMessage;
+    handler.arg = context;
+    handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+    status = ucp_worker_set_am_recv_handler(context->worker, &handler);
+  }
   if (status != UCS_OK) {
     if (context->worker != nullptr) ucp_worker_destroy(context->worker);
     ucp_cleanup(context->ucp);
@@ -163,12 +177,16 @@ int Query(rdv_transport_context_t handle, rdv_transport_attributes_t* attributes
     attributes->gpudirect = context->cuda_memory;
   }
   if (attributes->field_mask & RDV_TRANSPORT_ATTR_FIELD_OPS) {
-    attributes->ops = RDV_TRANSPORT_OP_GET | RDV_TRANSPORT_OP_PUT | RDV_TRANSPORT_OP_TAG;
+    attributes->ops = RDV_TRANSPORT_OP_GET | RDV_TRANSPORT_OP_PUT | RDV_TRANSPORT_OP_TAG |
+                      RDV_TRANSPORT_OP_MESSAGE;
     attributes->preferred_op = context->preferred_op;
   }
   if (attributes->field_mask & RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION) {
     std::snprintf(attributes->description, sizeof(attributes->description), "%s",
                   context->description.c_str());
+  }
+  if (attributes->field_mask & RDV_TRANSPORT_ATTR_FIELD_MAX_MESSAGE) {
+    attributes->max_message_bytes = kMaxMessageBytes;
   }
   return RDV_TRANSPORT_OK;
 }
@@ -287,7 +305,7 @@ const rdv_transport_v2_t kTransport = {
 const rdv_transport_v3_t kTransport = {
     3, sizeof(rdv_transport_v3_t), "ucx", Init, Finalize, Query,
     LocalAddress, Connect, Disconnect, MemAlloc, MemRegister, MemRelease, MemPack,
-    PostGet, PostPut, PostSend, PostRecv, Abort, CancelRecv, SettingsTable,
+    PostGet, PostPut, PostSend, PostRecv, Abort, CancelRecv, SettingsTable, PostMessage,
 };
 #endif
 

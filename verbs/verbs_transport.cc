@@ -376,10 +376,18 @@ int PostRecv(rdv_transport_context_t, void*, rdv_transport_memory_t, size_t, uin
                   "verbs: tagged messages are not offered; use get or put");
 }
 
+// Messages need receive buffers posted on every queue pair and credits to
+// keep them filled; until the verbs plugin has them (issue 19) it does not
+// offer RDV_TRANSPORT_OP_MESSAGE, and rdv keeps to the control plane.
+int PostMessage(rdv_transport_endpoint_t, const void*, size_t, rdv_transport_completion_fn, void*,
+                rdv_transport_error_t* error) {
+  return SetError(error, RDV_TRANSPORT_UNIMPLEMENTED, "verbs: messages are not offered yet");
+}
+
 const rdv_transport_v3_t kTransport = {
     3, sizeof(rdv_transport_v3_t), "verbs", Init, Finalize, Query,
     LocalAddress, Connect, Disconnect, MemAlloc, MemRegister, MemRelease, MemPack,
-    PostGet, PostPut, PostSend, PostRecv, Abort, CancelRecv, SettingsTable,
+    PostGet, PostPut, PostSend, PostRecv, Abort, CancelRecv, SettingsTable, PostMessage,
 };
 
 }  // namespace

@@ -3,6 +3,11 @@
 #include "plugin/transport.h"
 
 #include <atomic>
+#include <chrono>
+#include <set>
+#include <mutex>
+#include <condition_variable>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -124,11 +129,12 @@ TEST_F(TransportLoaderTest, UnknownTransportSaysWhereItLooked) {
 // needs an RDMA device (tests/softroce runs these inside a SoftRoCE guest,
 // with RDV_TEST_REQUIRE_RDMA=1 so that a missing device fails instead).
 // RDV_TEST_PEER_IB_DEVICE puts the peer context on another device.
-std::shared_ptr<Transport> LoadOrSkip(const std::string& name, bool peer = false) {
+std::shared_ptr<Transport> LoadOrSkip(const std::string& name, bool peer = false,
+                                      MessageHandler on_message = nullptr) {
   const char* peer_device = std::getenv("RDV_TEST_PEER_IB_DEVICE");
   TransportSettings settings;
   if (peer && peer_device != nullptr && name == "verbs") settings["device"] = peer_device;
-  auto transport = Transport::Load(name, settings);
+  auto transport = Transport::Load(name, settings, std::move(on_message));
   if (!transport.ok() && absl::IsUnavailable(transport.status()) &&
       std::getenv("RDV_TEST_REQUIRE_RDMA") == nullptr) {
     return nullptr;
@@ -431,6 +437,80 @@ TEST_P(TransportConformanceTest, TaggedSendMeetsItsRecv) {
         << "receive first: " << receive_first;
     EXPECT_EQ(sent.calls.load() + received.calls.load(), 2);
   }
+}
+
+// What a context's message handler heard, and on which threads.
+class Inbox {
+ public:
+  MessageHandler Handler() {
+    return [this](absl::string_view message) {
+      std::lock_guard lock(mu_);
+      messages_.emplace_back(message);
+      threads_.insert(std::this_thread::get_id());
+      arrived_.notify_all();
+    };
+  }
+  // The messages, once `count` have arrived (fewer after 30 s).
+  std::vector<std::string> WaitFor(size_t count) {
+    std::unique_lock lock(mu_);
+    arrived_.wait_for(lock, std::chrono::seconds(30), [&] { return messages_.size() >= count; });
+    return messages_;
+  }
+  std::set<std::thread::id> threads() {
+    std::lock_guard lock(mu_);
+    return threads_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable arrived_;
+  std::vector<std::string> messages_;
+  std::set<std::thread::id> threads_;
+};
+
+// Messages of every length up to the largest reach the peer's handler
+// whole, on its progress thread; a longer one is refused with no callback;
+// a transport without messages refuses at once.
+TEST_P(TransportConformanceTest, MessagesReachThePeersHandlerOnItsProgressThread) {
+  Inbox inbox;
+  RDV_LOAD_OR_SKIP(a, GetParam());
+  RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true, inbox.Handler());
+  auto endpoint = a->Connect(*b->LocalAddress());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  if (!a->carries_messages()) {
+    Completion refused;
+    a->SendMessage(**endpoint, "hello", refused.Callback());
+    ASSERT_TRUE(refused.Wait());
+    EXPECT_EQ(refused.status.code(), absl::StatusCode::kUnimplemented) << refused.status;
+    GTEST_SKIP() << GetParam() << " carries no messages";
+  }
+  const size_t largest = a->max_message_bytes();
+  std::vector<std::string> sent;
+  for (size_t length : {size_t{1}, size_t{8}, size_t{64}, largest / 2, largest}) {
+    for (int copy = 0; copy < 20; ++copy) {
+      sent.push_back(std::string(length, static_cast<char>('a' + sent.size() % 26)));
+    }
+  }
+  std::vector<Completion> done(sent.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    std::string message = sent[i];
+    a->SendMessage(**endpoint, message, done[i].Callback());
+    message.assign(message.size(), '!');  // copied before SendMessage returned
+  }
+  for (Completion& completion : done) {
+    ASSERT_TRUE(completion.Wait());
+    EXPECT_TRUE(completion.status.ok()) << completion.status;
+  }
+  std::vector<std::string> received = inbox.WaitFor(sent.size());
+  std::sort(sent.begin(), sent.end());
+  std::sort(received.begin(), received.end());
+  EXPECT_EQ(received, sent);
+  EXPECT_EQ(inbox.threads().count(std::this_thread::get_id()), 0u);
+  Completion refused;
+  a->SendMessage(**endpoint, std::string(largest + 1, 'x'), refused.Callback());
+  ASSERT_TRUE(refused.Wait());
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument) << refused.status;
+  EXPECT_EQ(refused.thread, std::this_thread::get_id());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportConformanceTest,
