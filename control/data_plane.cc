@@ -35,10 +35,15 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Create(absl::string_view p
     return absl::InvalidArgumentError(
         absl::StrCat("protocol '", protocol, "': expected grpc or grpc+<transport>"));
   }
-  RDV_ASSIGN_OR_RETURN(std::shared_ptr<plugin::Transport> transport,
-                       plugin::Transport::Load(name, options.transport_settings));
+  auto sink = std::make_shared<MessageSink>();
+  RDV_ASSIGN_OR_RETURN(
+      std::shared_ptr<plugin::Transport> transport,
+      plugin::Transport::Load(name, options.transport_settings, [sink](absl::string_view message) {
+        std::lock_guard lock(sink->mu);
+        if (sink->handler != nullptr) sink->handler(message);
+      }));
   std::unique_ptr<DataPlane> plane(
-      new DataPlane(std::string(protocol), options, std::move(transport)));
+      new DataPlane(std::string(protocol), options, std::move(transport), std::move(sink)));
   RDV_ASSIGN_OR_RETURN(plane->local_address_, plane->transport_->LocalAddress());
   if (plane->MovesCudaMemory()) {
     RDV_LOG(Info) << protocol << ": GPU tensors move by GPUDirect, registered in place";
@@ -51,7 +56,8 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Create(absl::string_view p
 }
 
 DataPlane::DataPlane(std::string protocol, DataPlaneOptions options,
-                     std::shared_ptr<plugin::Transport> transport)
+                     std::shared_ptr<plugin::Transport> transport,
+                     std::shared_ptr<MessageSink> sink)
     : protocol_(std::move(protocol)),
       options_(options),
       transport_(std::move(transport)),
@@ -59,7 +65,27 @@ DataPlane::DataPlane(std::string protocol, DataPlaneOptions options,
                                                                        : TRANSFER_OP_GET),
       allocator_(std::make_shared<plugin::TransportAllocator>(transport_, options.pool_cache_bytes)),
       registrations_(transport_, allocator_, options.registration_cache_bytes),
+      sink_(std::move(sink)),
       endpoints_(transport_) {}
+
+void DataPlane::SetMessageSink(plugin::MessageHandler sink) {
+  std::lock_guard lock(sink_->mu);
+  sink_->handler = std::move(sink);
+}
+
+void DataPlane::SendMessage(const std::string& address, std::string message,
+                            plugin::TransportDone done) {
+  endpoints_.With(address, [this, message = std::move(message), done = std::move(done)](
+                               absl::StatusOr<EndpointCache::Endpoint> endpoint) mutable {
+    if (!endpoint.ok()) {
+      std::move(done)(endpoint.status());
+      return;
+    }
+    transport_->SendMessage(**endpoint, message,
+                            [endpoint = *endpoint, done = std::move(done)](
+                                absl::Status status) mutable { std::move(done)(status); });
+  });
+}
 
 TransportAddress DataPlane::Describe() const {
   TransportAddress described;

@@ -85,6 +85,18 @@ class DataPlane {
   // Tensors offered for op get and not released yet.
   size_t transfers_held() const { return held_.size(); }
 
+  // Messages (the fast path's requests and notices). The transport carries
+  // them: both sides run protocol grpc+ucx (plugin ABI v3).
+  bool carries_messages() const { return transport_->carries_messages(); }
+  // Messages peers post to this worker's transport go to `sink`, on the
+  // transport's progress thread; dropped while none is set. Clear it
+  // (nullptr) before what it reaches goes: this waits for a delivery in
+  // progress.
+  void SetMessageSink(plugin::MessageHandler sink);
+  // Posts `message` to the peer whose transport address is `address`;
+  // `done` runs once, on the transport's or the connector's thread, or here.
+  void SendMessage(const std::string& address, std::string message, plugin::TransportDone done);
+
   // Consumer side: fills `destination` (from ReceiveAllocator, of
   // TotalBytes() == descriptor.length) and calls `done` on the transport's
   // thread.
@@ -106,8 +118,14 @@ class DataPlane {
   int64_t sends_in_flight() const { return sends_in_flight_->load(); }
 
  private:
+  // Where the transport's messages go; made before the transport loads.
+  struct MessageSink {
+    std::mutex mu;
+    plugin::MessageHandler handler;  // mu
+  };
+
   DataPlane(std::string protocol, DataPlaneOptions options,
-            std::shared_ptr<plugin::Transport> transport);
+            std::shared_ptr<plugin::Transport> transport, std::shared_ptr<MessageSink> sink);
   // Posts the tagged send of `tensor` once an endpoint to the consumer at
   // `address` is there (made on the endpoint cache's thread).
   void SendTagged(Tensor tensor, uint64_t tag, const std::string& address,
@@ -130,6 +148,7 @@ class DataPlane {
   const std::shared_ptr<std::atomic<int64_t>> sends_in_flight_ =
       std::make_shared<std::atomic<int64_t>>(0);
 
+  const std::shared_ptr<MessageSink> sink_;
   EndpointCache endpoints_;
 };
 

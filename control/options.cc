@@ -18,10 +18,14 @@ absl::StatusOr<ControlOptions> ControlOptions::FromEnvironment() {
   RDV_RETURN_IF_ERROR(env::ReadMilliseconds("RDV_SHUTDOWN_TIMEOUT_MS", absl::Milliseconds(100),
                                             absl::Hours(1), &options.shutdown_timeout));
   RDV_ASSIGN_OR_RETURN(options.security, SecurityOptions::FromEnvironment());
+  int64_t fast_path = options.fast_path ? 1 : 0;
+  RDV_RETURN_IF_ERROR(env::ReadInt("RDV_FAST_PATH", 0, 1, &fast_path));
+  options.fast_path = fast_path == 1;
   RDV_LOG(Debug) << "RDV_PEER_TIMEOUT_MS=" << absl::ToInt64Milliseconds(options.peer_timeout)
                  << " RDV_GRPC_CHUNK_BYTES=" << chunk << " RDV_MAX_TENSOR_BYTES=" << max_tensor
                  << " TLS=" << (options.security.tls() ? "on" : "off")
-                 << " cluster token=" << (options.security.token.empty() ? "none" : "set");
+                 << " cluster token=" << (options.security.token.empty() ? "none" : "set")
+                 << " RDV_FAST_PATH=" << fast_path;
   return options;
 }
 

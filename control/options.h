@@ -37,6 +37,12 @@ struct ControlOptions {
   absl::Duration shutdown_timeout = absl::Seconds(10);
   // Mutual TLS and the cluster token (control/security.h); none by default.
   SecurityOptions security;
+  // A Recv of a key this worker received from the same producer before asks
+  // for it through the data plane's messages, with no RecvTensor call
+  // (control/fast_path.h). Needs a transport that carries messages on both
+  // sides; others keep to RecvTensor. RDV_FAST_PATH (0 or 1; 0 until it has
+  // run in CI long enough to be the default).
+  bool fast_path = false;
 
   // Defaults overridden by the environment; INVALID_ARGUMENT naming the
   // variable when a value does not parse or is out of range.

@@ -228,13 +228,22 @@ void RecvExchange::Finish(absl::Status status) {
     return;
   }
   ReleaseFetched(*worker, step_id_, decoder_->meta());
-  worker.reset();
   absl::StatusOr<Tensor> tensor = decoder_->Finish();
   if (!tensor.ok()) {
+    worker.reset();
     std::move(done_)(tensor.status(), Tensor(), false);
     return;
   }
+  LearnFastKey(*worker, *tensor);
+  worker.reset();
   MoveToDestination(*std::move(tensor), decoder_->meta().is_dead());
+}
+
+void RecvExchange::LearnFastKey(WorkerClient& worker, const Tensor& tensor) const {
+  const TensorMeta& meta = decoder_->meta();
+  if (meta.fast_path_key() == 0 || meta.is_dead() || !destination_.is_host()) return;
+  worker.fast_keys.Learn(key_, KnownFastKey{meta.fast_path_key(), tensor.dtype(), tensor.shape(),
+                                            meta.fast_path_address()});
 }
 
 void RecvExchange::MoveToDestination(Tensor tensor, bool is_dead) {

@@ -91,6 +91,8 @@ class RecvExchange : public std::enable_shared_from_this<RecvExchange> {
   void EndForAbort(SideTransfer& side, const absl::Status& status, bool end_now);
   // Both halves ended (or the call failed): the tensor to its destination.
   void Finish(absl::Status status);
+  // Keeps the fast-path id the producer gave for the key (control/fast_keys.h).
+  void LearnFastKey(WorkerClient& worker, const Tensor& tensor) const;
   void MoveToDestination(Tensor tensor, bool is_dead);
 
   std::shared_ptr<WorkerClient> worker_;  // let go of by Finish, before `done`

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/cuda_ipc_transfer.h"
+#include "control/fast_path.h"
 #include "control/peer_handshake.h"
 #include "control/protocol.h"
 #include "control/recv_tensor_call.h"
@@ -78,6 +79,17 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
     std::move(done)(status, RendezvousArgs{}, args, tensor, is_dead);
   };
   const MemoryLocation destination = RecvDestination(key, args);
+  if (std::optional<KnownFastKey> known = KnownFast(key, destination, **worker)) {
+    // Sent only if the value changed; queued releases wait for a request
+    // that surely goes.
+    RecvTensorRequest fallback = MakeRequest(key, destination, *worker, /*take_releases=*/false);
+    std::shared_ptr<FastRecvCall> call = env_->fast_path->NewRecv(
+        *std::move(worker), step_id_, std::string(key.FullKey()), *std::move(known),
+        std::move(fallback), std::move(detach), std::move(finish));
+    Hook(call.get(), key.FullKey(), cancel, token);
+    call->Start();
+    return;
+  }
   RecvTensorRequest request = MakeRequest(key, destination, *worker);
   auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane, std::move(request),
                                   destination, std::move(detach), std::move(finish));
@@ -85,20 +97,29 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
   call->Start();
 }
 
+std::optional<KnownFastKey> RpcRemoteRendezvous::KnownFast(const ParsedKey& key,
+                                                           MemoryLocation destination,
+                                                           const WorkerClient& worker) const {
+  if (env_->fast_path == nullptr || !destination.is_host()) return std::nullopt;
+  return worker.fast_keys.Find(key.FullKey());
+}
+
 RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key,
                                                    MemoryLocation destination,
-                                                   const std::shared_ptr<WorkerClient>& worker) const {
+                                                   const std::shared_ptr<WorkerClient>& worker,
+                                                   bool take_releases) const {
   RecvTensorRequest request;
   request.set_step_id(step_id_);
   request.set_rendezvous_key(std::string(key.FullKey()));
   request.set_request_id(NextRequestId());
   request.set_protocol(env_->protocol);
   request.set_protocol_version(kProtocolVersion);
+  request.set_fast_path(env_->fast_path != nullptr);
   if (env_->data_plane != nullptr) {
     request.set_consumer_transport_address(env_->data_plane->local_address());
     LearnTransferOp(worker, env_->handshake, env_->data_plane->transport().name());
   }
-  worker->releases->TakeQueued(request.mutable_released());
+  if (take_releases) worker->releases->TakeQueued(request.mutable_released());
   RequestCudaIpc(destination, &request);
   return request;
 }
@@ -112,6 +133,10 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
   RDV_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> worker,
                        env_->worker_cache->Get(key.src().WorkerName()));
   const MemoryLocation destination = RecvDestination(key, args);
+  // A known key's Recv is the fast path's RecvAsync, waited for here.
+  if (KnownFast(key, destination, *worker).has_value()) {
+    return Rendezvous::Recv(key, args, value, is_dead, timeout);
+  }
   RecvTensorRequest request = MakeRequest(key, destination, worker);
   BlockingRecvTensorCall call(std::move(worker), env_->data_plane, std::move(request),
                               destination, timeout, env_->options.peer_timeout);

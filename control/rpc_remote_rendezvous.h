@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <mutex>
 
 #include "absl/container/flat_hash_set.h"
@@ -58,10 +59,15 @@ class RpcRemoteRendezvous final : public Rendezvous,
   // Not OK for a Recv that fails at once, as a local one does: its step was
   // aborted, or its cancellation manager was cancelled before it began.
   absl::Status RefusedAtOnce(const ParsedKey& key, const RendezvousArgs& args);
-  // Carries the releases queued for `worker`; starts learning how it
-  // moves payloads, once.
+  // What the fast path knows of `key` from its producer, when it serves
+  // this Recv (control/fast_path.h).
+  std::optional<KnownFastKey> KnownFast(const ParsedKey& key, MemoryLocation destination,
+                                        const WorkerClient& worker) const;
+  // Carries the releases queued for `worker` (with `take_releases`); starts
+  // learning how it moves payloads, once.
   RecvTensorRequest MakeRequest(const ParsedKey& key, MemoryLocation destination,
-                                const std::shared_ptr<WorkerClient>& worker) const;
+                                const std::shared_ptr<WorkerClient>& worker,
+                                bool take_releases = true) const;
   // Hooks `call` to this step's abort and to its Recv's cancellation
   // manager (`token` registered there); Unhook undoes both, after which
   // neither calls Abort.

@@ -11,17 +11,27 @@ std::shared_ptr<SideTransfer> SideTransfer::Start(std::shared_ptr<WorkerClient> 
                                                   DataPlane* data_plane,
                                                   const TensorDecoder& decoder,
                                                   absl::string_view key, Done done) {
-  std::string what = absl::StrCat("the transfer of '", Excerpt(key), "' (",
-                                  decoder.tensor().TotalBytes(), " bytes) from worker ",
-                                  worker->worker_name, " at ", worker->address);
-  std::shared_ptr<SideTransfer> transfer(new SideTransfer(std::move(worker), data_plane,
-                                                          std::move(what), std::move(done)));
-  auto on_done = [transfer](absl::Status status) { transfer->TransportDone(std::move(status)); };
-  if (decoder.has_cuda_ipc()) {
-    FetchByCudaIpc(decoder.meta().cuda_ipc(), decoder.tensor(), std::move(on_done));
-    return transfer;
+  if (!decoder.has_cuda_ipc()) {
+    return Fetch(std::move(worker), data_plane, decoder.meta().transport(), decoder.tensor(), key,
+                 std::move(done));
   }
-  transfer->descriptor_ = decoder.meta().transport();
+  std::shared_ptr<SideTransfer> transfer(
+      new SideTransfer(worker, data_plane, Describe(*worker, key, decoder.tensor()),
+                       std::move(done)));
+  FetchByCudaIpc(decoder.meta().cuda_ipc(), decoder.tensor(),
+                 [transfer](absl::Status status) { transfer->TransportDone(std::move(status)); });
+  return transfer;
+}
+
+std::shared_ptr<SideTransfer> SideTransfer::Fetch(std::shared_ptr<WorkerClient> worker,
+                                                  DataPlane* data_plane,
+                                                  const TransportDescriptor& descriptor,
+                                                  const Tensor& destination,
+                                                  absl::string_view key, Done done) {
+  std::string what = Describe(*worker, key, destination);
+  std::shared_ptr<SideTransfer> transfer(
+      new SideTransfer(std::move(worker), data_plane, std::move(what), std::move(done)));
+  transfer->descriptor_ = descriptor;
   const uint64_t watch_id = transfer->worker_->watch->Watch(
       [weak = std::weak_ptr<SideTransfer>(transfer)](const absl::Status& status) {
         if (std::shared_ptr<SideTransfer> told = weak.lock()) told->Told(status);
@@ -30,7 +40,8 @@ std::shared_ptr<SideTransfer> SideTransfer::Start(std::shared_ptr<WorkerClient> 
     std::lock_guard lock(transfer->mu_);
     transfer->watch_id_ = watch_id;
   }
-  data_plane->Fetch(transfer->descriptor_, decoder.tensor(), std::move(on_done));
+  data_plane->Fetch(transfer->descriptor_, destination,
+                    [transfer](absl::Status status) { transfer->TransportDone(std::move(status)); });
   bool lost_meanwhile = false;
   {
     std::lock_guard lock(transfer->mu_);
@@ -39,6 +50,12 @@ std::shared_ptr<SideTransfer> SideTransfer::Start(std::shared_ptr<WorkerClient> 
   // Lost before the fetch was posted: what it posted waits for nobody.
   if (lost_meanwhile) data_plane->CancelFetch(transfer->descriptor_, true);
   return transfer;
+}
+
+std::string SideTransfer::Describe(const WorkerClient& worker, absl::string_view key,
+                                   const Tensor& destination) {
+  return absl::StrCat("the transfer of '", Excerpt(key), "' (", destination.TotalBytes(),
+                      " bytes) from worker ", worker.worker_name, " at ", worker.address);
 }
 
 SideTransfer::SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,

@@ -33,6 +33,14 @@ class SideTransfer {
   static std::shared_ptr<SideTransfer> Start(std::shared_ptr<WorkerClient> worker,
                                              DataPlane* data_plane, const TensorDecoder& decoder,
                                              absl::string_view key, Done done);
+  // The data-plane transfer `descriptor` describes into `destination`
+  // (from the data plane's ReceiveAllocator, of the descriptor's length):
+  // the fast path's, which has no answer to decode.
+  static std::shared_ptr<SideTransfer> Fetch(std::shared_ptr<WorkerClient> worker,
+                                             DataPlane* data_plane,
+                                             const TransportDescriptor& descriptor,
+                                             const Tensor& destination, absl::string_view key,
+                                             Done done);
 
   // Asks the transport to end it early (a tagged receive no send matched
   // yet); `done` then runs on the transport's thread. Safe under the
@@ -48,6 +56,9 @@ class SideTransfer {
  private:
   SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane, std::string what,
                Done done);
+  // "the transfer of 'KEY' (N bytes) from worker W at A".
+  static std::string Describe(const WorkerClient& worker, absl::string_view key,
+                              const Tensor& destination);
   void TransportDone(absl::Status status);
   // From the watch: the producer is lost, or the arrival limit passed.
   void Told(const absl::Status& status);

@@ -176,6 +176,7 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
       return;
     }
     *meta_.mutable_transport() = *descriptor;
+    OfferFastPath(value, false);
     chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
     if (descriptor->op() != TRANSFER_OP_TAG) {
       StartWriteAndFinish(&chunk_, grpc::WriteOptions(), grpc::Status::OK);
@@ -186,6 +187,23 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
       tag_send_ = tag_send;
     }
     StartWrite(&chunk_);
+  }
+
+  // A consumer that takes fast-path keys gets an id for this one when its
+  // later values can come by a tagged send (a numeric host tensor, a data
+  // plane that sends): its later Recvs of the key ask through the data
+  // plane's messages (control/fast_path.h).
+  void OfferFastPath(const Tensor& value, bool is_dead) {
+    const DataPlane* plane = service_->env_.data_plane;
+    if (!request_.fast_path() || !service_->env_.options.fast_path || plane == nullptr ||
+        !plane->carries_messages() || plane->transfer_op() != TRANSFER_OP_TAG || is_dead ||
+        !value.location().is_host() || !DTypeIsMemcpyable(value.dtype()) ||
+        request_.consumer_transport_address().empty()) {
+      return;
+    }
+    meta_.set_fast_path_key(service_->fast_key_ids_.Intern(
+        request_.rendezvous_key(), request_.consumer_transport_address()));
+    meta_.set_fast_path_address(plane->local_address());
   }
 
   std::shared_ptr<TagSend> PostedTagSend() {
@@ -299,6 +317,7 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     if (HeldForLater(value, is_dead, payload->size(), false)) return;
     payload_ = *std::move(payload);
     meta_ = MakeTensorMeta(value, is_dead, payload_.size(), absl::GetCurrentTimeNanos() / 1000);
+    OfferFastPath(value, is_dead);
     WriteNext();
   }
 
@@ -449,6 +468,12 @@ void TensorService::CountHoldings(HoldingsResponse* holdings) const {
   }
   holdings->set_values(held_values_.size());
   holdings->set_cuda_ipc_lent(cuda_ipc_lent_.size());
+}
+
+void TensorService::HoldForFetch(int64_t step_id, int64_t request_id, const ParsedKey& key,
+                                 Tensor value, bool is_dead) {
+  held_values_.Insert({step_id, request_id}, {std::string(key.FullKey()), std::move(value), is_dead},
+                      WatcherFor(key));
 }
 
 absl::StatusOr<TensorService::HeldValue> TensorService::TakeHeldValue(

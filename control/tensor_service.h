@@ -26,6 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "control/consumer_lease.h"
+#include "control/fast_keys.h"
 #include "control/held_transfers.h"
 #include "control/leased_table.h"
 #include "control/rendezvous_mgr.h"
@@ -60,6 +61,14 @@ class TensorService {
   // How much is kept for consumers now (transfers, sends, values, lent).
   void CountHoldings(HoldingsResponse* holdings) const;
 
+  // The fast path's ids of keys this worker answered (control/fast_path.h).
+  FastKeyIds& fast_key_ids() { return fast_key_ids_; }
+  // Keeps `value` of `key` for the fetch_held RecvTensor `request_id` of
+  // `step_id` (a fast-path request whose value the consumer did not expect),
+  // leased to the key's consumer.
+  void HoldForFetch(int64_t step_id, int64_t request_id, const ParsedKey& key, Tensor value,
+                    bool is_dead);
+
  private:
   class Reactor;
   // A value taken for a single_message RecvTensor whose answer needs a
@@ -89,6 +98,7 @@ class TensorService {
   // GPU tensors lent to consumers on this host (control/cuda_ipc_transfer.h).
   HeldTransfers cuda_ipc_lent_;
   LeasedTable<std::pair<int64_t, int64_t>, HeldValue> held_values_;
+  FastKeyIds fast_key_ids_;
 
   std::mutex mu_;
   // RecvTensor calls in progress, by (step, request id), for Withdraw.

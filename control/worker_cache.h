@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "control/cluster.h"
+#include "control/fast_keys.h"
 #include "control/options.h"
 #include "control/peer_watch.h"
 #include "control/release_batcher.h"
@@ -88,6 +89,8 @@ struct WorkerClient {
   // (control/peer_handshake.h); TRANSFER_OP_UNSPECIFIED until it answered.
   std::atomic<int> transfer_op{TRANSFER_OP_UNSPECIFIED};
   std::atomic<bool> handshake_started{false};
+  // The keys this worker gave us fast-path ids for (control/fast_keys.h).
+  FastKeys fast_keys;
   // Bounds data-plane transfers from this worker by its life. Last: its
   // thread uses the channel.
   std::unique_ptr<PeerWatch> watch;

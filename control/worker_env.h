@@ -12,6 +12,8 @@
 
 namespace rdv::control {
 
+class FastPath;
+
 struct WorkerEnv {
   std::string worker_name;  // "/job:J/replica:0/task:T"
   DeviceName worker;        // the same, parsed
@@ -21,6 +23,9 @@ struct WorkerEnv {
   std::string protocol = "grpc";
   // The transport's data plane; null for protocol grpc.
   DataPlane* data_plane = nullptr;
+  // Recvs of known keys without RecvTensor (control/fast_path.h); null
+  // unless RDV_FAST_PATH and a data plane that carries messages.
+  FastPath* fast_path = nullptr;
   // What this worker says of itself in a Handshake, as caller and as
   // answer: name, incarnation, protocol version, its data plane.
   HandshakeRequest handshake;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/driver_service.h"
+#include "control/fast_path.h"
 #include "control/graph_service.h"
 #include "control/grpc_status.h"
 #include "control/protocol.h"
@@ -157,6 +158,16 @@ class WorkerServer::Impl {
 
   absl::Status Start();
   void Shutdown();
+  void StartFastPath() {
+    if (!data_plane_->carries_messages()) {
+      RDV_LOG(Warning) << "RDV_FAST_PATH=1: transport " << data_plane_->transport().name()
+                       << " carries no messages (" << data_plane_->transport().description()
+                       << "); every Recv takes RecvTensor";
+      return;
+    }
+    fast_path_ = std::make_unique<FastPath>(env_, rendezvous_mgr_, tensors_);
+    env_.fast_path = fast_path_.get();
+  }
 
   WorkerServerOptions options_;
   WorkerEnv env_;
@@ -165,6 +176,8 @@ class WorkerServer::Impl {
   RendezvousMgr rendezvous_mgr_;
   StepControl steps_;
   TensorService tensors_;
+  // Gone before the rooms it serves (it stops taking messages first).
+  std::unique_ptr<FastPath> fast_path_;
   GraphService graphs_;
   WorkerServiceImpl worker_service_;
   DriverServiceImpl driver_service_;
@@ -180,6 +193,7 @@ absl::Status WorkerServer::Impl::Start() {
     RDV_ASSIGN_OR_RETURN(data_plane_, DataPlane::Create(options_.protocol, options_.data_plane));
     env_.data_plane = data_plane_.get();
     *env_.handshake.add_transports() = data_plane_->Describe();
+    if (env_.options.fast_path) StartFastPath();
   }
   grpc::ServerBuilder builder;
   int port = 0;
@@ -207,6 +221,8 @@ absl::Status WorkerServer::Impl::Start() {
 
 void WorkerServer::Impl::Shutdown() {
   if (server_ == nullptr) return;
+  // No request starts a wait on a step from here on.
+  if (fast_path_ != nullptr) fast_path_->Stop();
   rendezvous_mgr_.CleanupAll();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
@@ -244,5 +260,6 @@ RendezvousMgr& WorkerServer::rendezvous_mgr() { return impl_->rendezvous_mgr_; }
 WorkerCache& WorkerServer::worker_cache() { return impl_->worker_cache_; }
 void WorkerServer::Shutdown() { impl_->Shutdown(); }
 DataPlane* WorkerServer::data_plane() { return impl_->data_plane_.get(); }
+FastPath* WorkerServer::fast_path() { return impl_->fast_path_.get(); }
 
 }  // namespace rdv::control

@@ -63,6 +63,9 @@ class WorkerServer {
   WorkerCache& worker_cache();
   // Null for protocol grpc.
   DataPlane* data_plane();
+  // Recvs of known keys without RecvTensor; null unless RDV_FAST_PATH is on
+  // and the transport carries messages (control/fast_path.h).
+  FastPath* fast_path();
 
   // Stops serving: calls in flight are cancelled; steps are cleaned up.
   void Shutdown();

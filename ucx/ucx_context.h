@@ -75,6 +75,12 @@ struct Context {
   // Work for the progress thread: cancels and forced closes complete
   // operations inline, and callbacks run on the progress thread only.
   plugin_support::ProgressQueue<std::function<void()>> tasks;
+  // Operations this context started (gets, puts, sends, messages) that
+  // have not ended. While any has, the progress thread sleeps at most 1 ms
+  // at a time: UCX 1.13 does not wake a worker whose sends wait in a queue
+  // (a full shared-memory FIFO, an endpoint's wireup), and they would wait
+  // for the next unrelated event.
+  std::atomic<int64_t> started{0};
   // Operations an abort completed while UCX still held them (progress
   // thread only): freed when UCX lets go, or at finalize.
   std::unordered_set<Operation*> orphans;
@@ -164,6 +170,7 @@ struct Operation {
   Context* context = nullptr;
   Endpoint* endpoint = nullptr;    // a get, put or send: tracked there until it ends
   bool orphaned = false;           // completed by an abort; UCX has not let go yet
+  bool started = false;            // counted in its context's `started`
   ucp_ep_h flush_after = nullptr;  // a put: flushed once locally complete
   Context* receiver = nullptr;     // a receive: its context, which tracks it
   uint64_t tag = 0;                // a receive: its tag
@@ -173,6 +180,13 @@ struct Operation {
 
 inline Context* ContextOf(rdv_transport_context_t handle) {
   return reinterpret_cast<Context*>(handle);
+}
+
+// The operation has ended for rdv: it no longer counts as started.
+inline void Ended(Operation* op) {
+  if (!op->started) return;
+  op->started = false;
+  op->context->started.fetch_sub(1, std::memory_order_release);
 }
 
 // ucx_endpoints.cc: the ABI's connect, disconnect and abort.

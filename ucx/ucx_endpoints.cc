@@ -144,6 +144,7 @@ void ForceClose(Endpoint* endpoint, ucp_ep_h ep) {
     endpoint->in_flight.clear();
   }
   for (Operation* op : stuck) {
+    Ended(op);
     op->orphaned = true;
     op->endpoint = nullptr;
     context->orphans.insert(op);

@@ -31,6 +31,7 @@ bool Untrack(Operation* op) {
 }
 
 void Complete(Operation* op, ucs_status_t status) {
+  Ended(op);
   if (!Untrack(op)) return;
   if (status == UCS_OK) {
     op->done(op->user, RDV_TRANSPORT_OK, nullptr);
@@ -104,6 +105,8 @@ int Post(Endpoint* endpoint, Context* context, Operation* op, Start start,
   op->context = context;
   if (endpoint != nullptr) {
     op->endpoint = endpoint;
+    op->started = true;
+    context->started.fetch_add(1, std::memory_order_acq_rel);
     std::lock_guard lock(endpoint->in_flight_mu);
     endpoint->in_flight.insert(op);
   }
@@ -113,6 +116,7 @@ int Post(Endpoint* endpoint, Context* context, Operation* op, Start start,
       std::lock_guard lock(endpoint->in_flight_mu);
       endpoint->in_flight.erase(op);
     }
+    Ended(op);
     delete op;
     return UcxError(error, UCS_PTR_STATUS(request), what);
   }

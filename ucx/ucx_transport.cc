@@ -62,7 +62,8 @@ void ProgressLoop(Context* context) {
       continue;
     }
     pollfd wait{context->event_fd, POLLIN, 0};
-    poll(&wait, 1, -1);  // ucp_worker_signal wakes it for new work and stop
+    // ucp_worker_signal wakes it for new work and stop.
+    poll(&wait, 1, context->started.load(std::memory_order_acquire) > 0 ? 1 : -1);
   }
 }
 
@@ -152,7 +153,6 @@ void Finalize(rdv_transport_context_t handle) {
   context->progress.join();
   // Cancels and forced closes asked for after the last round.
   context->RunTasks();
-  for (Operation* op : context->orphans) delete op;
   // No progress now, so no close callback either: release what is left,
   // as UCX requires before the worker goes.
   for (auto& [close, request] : context->closing) {
@@ -160,7 +160,11 @@ void Finalize(rdv_transport_context_t handle) {
     delete close->owned;
     delete close;
   }
+  // Destroying the worker purges what an aborted endpoint still had
+  // pending (its wireup queue), running their callbacks: orphans among
+  // them free themselves there, the rest after.
   ucp_worker_destroy(context->worker);
+  for (Operation* op : context->orphans) delete op;
   ucp_cleanup(context->ucp);
   delete context;
 }

@@ -62,6 +62,7 @@ struct ProtocolSetting {
   const char* ucx_tls;   // UCX_TLS, or null
   bool needs_rdma = false;  // runs on an RDMA device (tests/softroce runs it)
   const char* ucx_op = nullptr;  // RDV_UCX_OP, or null
+  bool fast_path = false;        // RDV_FAST_PATH on both workers
 };
 
 // ctest lists each case under the setting's name.
@@ -118,6 +119,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     options.cluster = *ClusterSpec::FromFlag("worker=127.0.0.1:1,127.0.0.1:1");
     options.control.peer_timeout = kPeerTimeout;
     options.data_plane.transport_settings = TransportSettingsOf(GetParam());
+    options.control.fast_path = GetParam().fast_path;
     // The door the environment sets up (tests/control/CMakeLists.txt runs
     // the suite once more with TLS and a token), for the producer too.
     absl::StatusOr<SecurityOptions> security = SecurityOptions::FromEnvironment();
@@ -187,6 +189,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
   EnvChanges ProducerEnv() const {
     EnvChanges env = extra_producer_env_;
     const ProtocolSetting& setting = GetParam();
+    env.emplace_back("RDV_FAST_PATH", setting.fast_path ? "1" : "0");
     if (!setting.needs_rdma) return env;
     if (setting.ucx_tls != nullptr) env.emplace_back("UCX_UD_VERBS_ETH_DGID_CHECK", "n");
     if (const char* peer = std::getenv("RDV_TEST_PEER_IB_DEVICE")) {
@@ -286,6 +289,17 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
   absl::Status Recv(int64_t step, const ParsedKey& key, Tensor* value, bool* is_dead,
                     absl::Duration timeout = kWaitLimit) {
     return consumer_->rendezvous_mgr().Find(step)->Recv(key, {}, value, is_dead, timeout);
+  }
+
+  // Receives the next value of `key` in `step` and checks its bytes.
+  void ExpectPattern(int64_t step, const ParsedKey& key, uint32_t seed, size_t bytes) {
+    Tensor value;
+    bool is_dead = true;
+    const absl::Status status = Recv(step, key, &value, &is_dead);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_FALSE(is_dead);
+    EXPECT_EQ(value.TotalBytes(), bytes);
+    EXPECT_TRUE(VerifyPattern(value, seed).ok()) << "seed " << seed;
   }
 
   // A Recv whose value does not matter, only how it ended.

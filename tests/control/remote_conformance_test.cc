@@ -230,7 +230,12 @@ INSTANTIATE_TEST_SUITE_P(
                                       "get"},
                       ProtocolSetting{"grpc_verbs", "grpc+verbs", nullptr, true},
                       // UCX over SoftRoCE needs UCX_UD_VERBS_ETH_DGID_CHECK=n.
-                      ProtocolSetting{"grpc_ucx_rdma", "grpc+ucx", "rc_verbs,ud_verbs", true}),
+                      ProtocolSetting{"grpc_ucx_rdma", "grpc+ucx", "rc_verbs,ud_verbs", true},
+                      // Recvs of known keys without RecvTensor (RDV_FAST_PATH).
+                      ProtocolSetting{"grpc_ucx_tcp_fast", "grpc+ucx", "tcp", false, nullptr,
+                                      true},
+                      ProtocolSetting{"grpc_ucx_shm_fast", "grpc+ucx", "posix,cma,self", false,
+                                      nullptr, true}),
     [](const ::testing::TestParamInfo<ProtocolSetting>& param_info) {
       return std::string(param_info.param.name);
     });

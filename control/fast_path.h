@@ -1,0 +1,155 @@
+// The fast path: a Recv of a key this worker already received from the same
+// producer makes no RecvTensor call. The first Recv of a key takes
+// RecvTensor as always; the producer's answer gives the consumer an id for
+// the key (TensorMeta.fast_path_key, control/fast_keys.h). A later Recv of
+// it:
+//   1. allocates the destination from the value's last dtype and shape and
+//      posts a tagged receive into it under a new request id;
+//   2. sends the producer a request message through the data plane's
+//      transport (plugin ABI v3 messages): {key id, step, request id,
+//      dtype, shape};
+//   3. the producer, on its transport's progress thread, waits for the
+//      key's next value in that step (RecvAsync, no thread waits) and sends
+//      it tagged under the request id, straight into the destination;
+//   4. a value that cannot come so is announced by a notice instead: dead
+//      (the Recv ends is_dead), changed (dtype or shape: the value is held
+//      and the consumer fetches it by a fetch_held RecvTensor, and learns
+//      the new shape), or failed (the Recv fails with the producer's
+//      status).
+// The tagged receive is a SideTransfer: bounded by the producer's life
+// (PeerWatch), ended by the step's abort and the Recv's cancellation.
+//
+// Trust: a request names an id the producer issued over the control plane
+// (where the door admits only members) to one consumer transport address;
+// the value goes to that address only. A request or notice that does not
+// parse, or names an unknown id or request, is dropped and counted.
+//
+// Not covered yet (they keep to RecvTensor): GPU destinations, string
+// tensors, producers whose data plane gets rather than sends (RC/DC RDMA),
+// transports without messages (verbs). A cancelled fast Recv does not
+// withdraw the producer's wait: its value, when it comes, is sent to a
+// receive that is gone (UCX keeps it unexpected until the endpoint goes).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "control/fast_keys.h"
+#include "control/fast_path_wire.h"
+#include "control/recv_tensor_call.h"
+#include "control/rendezvous_mgr.h"
+#include "control/tensor_service.h"
+#include "control/worker_env.h"
+
+namespace rdv::control {
+
+class FastRecvCall;
+
+// The consumer's fast Recvs waiting for the notices that may end them, by
+// request id. Shared with the calls, which may end after the FastPath.
+struct FastWaiting {
+  std::mutex mu;
+  absl::flat_hash_map<uint64_t, std::weak_ptr<FastRecvCall>> calls;  // mu
+};
+
+class FastPath {
+ public:
+  using Done = RecvTensorCall::Done;
+  using Detach = RecvTensorCall::Detach;
+
+  // Takes the data plane's messages from here until destroyed. Everything
+  // given outlives this.
+  FastPath(const WorkerEnv& env, RendezvousMgr& rendezvous_mgr, TensorService& tensors);
+  ~FastPath();
+  // Takes no more messages (waits for one being taken). Before the steps
+  // are cleaned up at shutdown: no request then starts a wait on a step.
+  void Stop();
+  FastPath(const FastPath&) = delete;
+  FastPath& operator=(const FastPath&) = delete;
+
+  // A Recv of `key` in `step_id` from `worker`, which gave this worker
+  // `known`. `fallback` is the RecvTensor request the Recv makes if the
+  // producer says the value changed. Start() the call once it is hooked
+  // (Abort may come from then on); it owns itself until `done`.
+  std::shared_ptr<FastRecvCall> NewRecv(std::shared_ptr<WorkerClient> worker, int64_t step_id,
+                                        std::string key, KnownFastKey known,
+                                        RecvTensorRequest fallback, Detach detach, Done done);
+
+  // Messages that arrived and were dropped: malformed, or naming an id or
+  // a request this worker does not know.
+  int64_t refused() const { return refused_.load(); }
+  // Fast Recvs this worker started, and requests it answered.
+  int64_t recvs_started() const { return recvs_started_.load(); }
+  int64_t requests_served() const { return requests_served_.load(); }
+
+ private:
+  // On the transport's progress thread.
+  void OnMessage(absl::string_view message);
+  void OnRequest(const FastRequest& request);
+  void OnNotice(const FastNotice& notice);
+  // The producer's part once the step has the value.
+  void Answer(const FastRequest& request, const FastKeyIds::Entry& entry, const ParsedKey& key,
+              const absl::Status& status, const Tensor& value, bool is_dead);
+  // Sends `notice` to the consumer; what ends after the FastPath (a tagged
+  // send's failure) may call it too.
+  static void Notify(DataPlane* data_plane, const std::string& consumer_address,
+                     FastNotice notice);
+  void Refuse(const absl::Status& why);
+
+  const WorkerEnv& env_;
+  RendezvousMgr& rendezvous_mgr_;
+  TensorService& tensors_;
+  std::atomic<int64_t> refused_{0};
+  std::atomic<int64_t> recvs_started_{0};
+  std::atomic<int64_t> requests_served_{0};
+  const std::shared_ptr<FastWaiting> waiting_ = std::make_shared<FastWaiting>();
+};
+
+// One fast-path Recv (the consumer's side).
+class FastRecvCall final : public AbortableCall,
+                           public std::enable_shared_from_this<FastRecvCall> {
+ public:
+  FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> waiting,
+               std::shared_ptr<WorkerClient> worker, int64_t step_id, std::string key,
+               KnownFastKey known, RecvTensorRequest fallback, FastPath::Detach detach,
+               FastPath::Done done);
+
+  // Posts the receive and sends the request.
+  void Start();
+  // Safe under the caller's locks: nothing here finishes the Recv.
+  void Abort(const absl::Status& status) override;
+  // The producer's notice (on the progress thread).
+  void Told(const FastNotice& notice);
+
+ private:
+  void TransferDone(absl::Status status);
+  void Complete(absl::Status status, Tensor tensor, bool is_dead);
+  // The value changed: a fetch_held RecvTensor brings it.
+  void FetchChanged();
+
+  void Unregister();
+
+  DataPlane* const data_plane_;  // outlives every worker's call
+  const std::shared_ptr<FastWaiting> waiting_;
+  std::shared_ptr<WorkerClient> worker_;
+  const int64_t step_id_;
+  const std::string key_;
+  const KnownFastKey known_;
+  RecvTensorRequest fallback_;
+  FastPath::Detach detach_;
+  FastPath::Done done_;
+  const uint64_t request_id_;
+  const std::string worker_name_;  // the producer's, for errors
+  Tensor destination_;
+  std::mutex mu_;
+  std::shared_ptr<SideTransfer> transfer_;  // mu_
+  absl::Status ended_by_;                   // mu_: abort, or a failed notice
+  bool dead_ = false;                       // mu_
+  bool changed_ = false;                    // mu_
+};
+
+}  // namespace rdv::control

@@ -1,0 +1,150 @@
+#include "control/fast_path_wire.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace rdv::control {
+namespace {
+
+struct Header {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t kind;
+};
+
+struct RequestWire {
+  Header header;
+  uint64_t key_id;
+  int64_t step_id;
+  uint64_t request_id;
+  uint64_t bytes;
+  int32_t dtype;
+  uint32_t num_dims;
+  int64_t dims[kFastPathMaxDims];
+};
+
+struct NoticeWire {
+  Header header;
+  uint64_t request_id;
+  uint16_t kind;
+  uint16_t text_length;
+  int32_t code;
+  char text[kMaxNoticeText];
+};
+
+template <typename Wire>
+std::string Bytes(const Wire& wire) {
+  return std::string(reinterpret_cast<const char*>(&wire), sizeof(wire));
+}
+
+absl::Status CheckHeader(absl::string_view message);
+
+template <typename Wire>
+absl::StatusOr<Wire> Read(absl::string_view message, FastKind kind) {
+  if (absl::Status header = CheckHeader(message); !header.ok()) return header;
+  if (message.size() != sizeof(Wire)) {
+    return absl::InvalidArgumentError(absl::StrCat("a fast-path message of ", message.size(),
+                                                   " bytes; this kind has ", sizeof(Wire)));
+  }
+  Wire wire;
+  std::memcpy(&wire, message.data(), sizeof(wire));
+  if (wire.header.kind != static_cast<uint16_t>(kind)) {
+    return absl::InvalidArgumentError("a fast-path message of another kind");
+  }
+  return wire;
+}
+
+}  // namespace
+
+std::string EncodeFastRequest(const FastRequest& request) {
+  RequestWire wire{};
+  wire.header = {kFastPathMagic, kFastPathVersion, static_cast<uint16_t>(FastKind::kRequest)};
+  wire.key_id = request.key_id;
+  wire.step_id = request.step_id;
+  wire.request_id = request.request_id;
+  wire.bytes = request.bytes;
+  wire.dtype = request.dtype;
+  wire.num_dims = request.num_dims;
+  std::memcpy(wire.dims, request.dims, sizeof(wire.dims));
+  return Bytes(wire);
+}
+
+std::string EncodeFastNotice(const FastNotice& notice) {
+  NoticeWire wire{};
+  wire.header = {kFastPathMagic, kFastPathVersion, static_cast<uint16_t>(FastKind::kNotice)};
+  wire.request_id = notice.request_id;
+  wire.kind = static_cast<uint16_t>(notice.kind);
+  wire.code = notice.code;
+  wire.text_length = static_cast<uint16_t>(std::min(notice.message.size(), kMaxNoticeText));
+  std::memcpy(wire.text, notice.message.data(), wire.text_length);
+  return Bytes(wire);
+}
+
+namespace {
+
+absl::Status CheckHeader(absl::string_view message) { return PeekFastKind(message).status(); }
+
+}  // namespace
+
+absl::StatusOr<FastKind> PeekFastKind(absl::string_view message) {
+  Header header;
+  if (message.size() < sizeof(header)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a fast-path message of ", message.size(), " bytes: too short"));
+  }
+  std::memcpy(&header, message.data(), sizeof(header));
+  if (header.magic != kFastPathMagic) {
+    return absl::InvalidArgumentError("not a fast-path message (wrong magic)");
+  }
+  if (header.version != kFastPathVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("a fast-path message of version ",
+                                                   header.version, "; this worker speaks ",
+                                                   kFastPathVersion));
+  }
+  if (header.kind != static_cast<uint16_t>(FastKind::kRequest) &&
+      header.kind != static_cast<uint16_t>(FastKind::kNotice)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a fast-path message of unknown kind ", header.kind));
+  }
+  return static_cast<FastKind>(header.kind);
+}
+
+absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message) {
+  absl::StatusOr<RequestWire> wire = Read<RequestWire>(message, FastKind::kRequest);
+  if (!wire.ok()) return wire.status();
+  if (wire->num_dims > kFastPathMaxDims) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a fast-path request of ", wire->num_dims, " dimensions"));
+  }
+  FastRequest request;
+  request.key_id = wire->key_id;
+  request.step_id = wire->step_id;
+  request.request_id = wire->request_id;
+  request.bytes = wire->bytes;
+  request.dtype = wire->dtype;
+  request.num_dims = wire->num_dims;
+  std::memcpy(request.dims, wire->dims, sizeof(request.dims));
+  return request;
+}
+
+absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message) {
+  absl::StatusOr<NoticeWire> wire = Read<NoticeWire>(message, FastKind::kNotice);
+  if (!wire.ok()) return wire.status();
+  if (wire->kind < static_cast<uint16_t>(FastNoticeKind::kDead) ||
+      wire->kind > static_cast<uint16_t>(FastNoticeKind::kFailed) ||
+      wire->text_length > kMaxNoticeText) {
+    return absl::InvalidArgumentError("a fast-path notice of unknown kind or length");
+  }
+  FastNotice notice;
+  notice.request_id = wire->request_id;
+  notice.kind = static_cast<FastNoticeKind>(wire->kind);
+  // A failure says why with a code of absl's; anything else is UNKNOWN.
+  notice.code = wire->code > 0 && wire->code <= 16 ? wire->code : 2;
+  notice.message.assign(wire->text, wire->text_length);
+  return notice;
+}
+
+}  // namespace rdv::control

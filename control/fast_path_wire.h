@@ -1,0 +1,62 @@
+// The fast path's two messages, as they travel through the data plane's
+// transport (plugin ABI v3 messages): a consumer's request for the next
+// value of a key it received before, and a producer's notice when that
+// value cannot come as the consumer expects it. Fixed-size, little-endian
+// as the host (workers of one cluster share an architecture, as the data
+// plane's blobs already assume). Anything that arrives is untrusted until
+// Decode* has checked its size, magic, version, kind and bounds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace rdv::control {
+
+inline constexpr uint32_t kFastPathMagic = 0x46564452;  // "RDVF"
+inline constexpr uint16_t kFastPathVersion = 1;
+inline constexpr int kFastPathMaxDims = 8;
+
+enum class FastKind : uint16_t {
+  kRequest = 1,  // consumer -> producer
+  kNotice = 2,   // producer -> consumer
+};
+
+// What the producer says instead of sending the bytes.
+enum class FastNoticeKind : uint16_t {
+  kDead = 1,     // the value is dead: the Recv ends with is_dead
+  kChanged = 2,  // dtype or shape changed: held for a fetch_held RecvTensor
+  kFailed = 3,   // the Recv fails with `code` and `message`
+};
+
+// "Send me the next value of the key you gave me `key_id` for, in step
+// `step_id`, as a tagged send under `request_id`, of `bytes` bytes."
+struct FastRequest {
+  uint64_t key_id = 0;
+  int64_t step_id = 0;
+  uint64_t request_id = 0;
+  uint64_t bytes = 0;
+  int32_t dtype = 0;
+  uint32_t num_dims = 0;
+  int64_t dims[kFastPathMaxDims] = {};
+};
+
+struct FastNotice {
+  uint64_t request_id = 0;
+  FastNoticeKind kind = FastNoticeKind::kFailed;
+  int32_t code = 0;       // absl::StatusCode, for kFailed
+  std::string message;    // for kFailed; at most kMaxNoticeText bytes travel
+};
+inline constexpr size_t kMaxNoticeText = 400;
+
+std::string EncodeFastRequest(const FastRequest& request);
+std::string EncodeFastNotice(const FastNotice& notice);
+
+// The kind of a message, or INVALID_ARGUMENT naming what is wrong with it.
+absl::StatusOr<FastKind> PeekFastKind(absl::string_view message);
+absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message);
+absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message);
+
+}  // namespace rdv::control

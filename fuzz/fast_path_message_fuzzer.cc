@@ -1,0 +1,34 @@
+// The fast path's messages on any bytes: whatever a transport peer sends
+// reaches these decoders first (control/fast_path.h). A message they accept
+// encodes back to the same bytes' meaning (decode(encode(decoded)) ==
+// decoded), and nothing they accept names more dimensions than fit.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "control/fast_path_wire.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace rdv::control;
+  const absl::string_view message(reinterpret_cast<const char*>(data), size);
+  if (!PeekFastKind(message).ok()) return 0;
+  if (absl::StatusOr<FastRequest> request = DecodeFastRequest(message); request.ok()) {
+    if (request->num_dims > kFastPathMaxDims) std::abort();
+    absl::StatusOr<FastRequest> again = DecodeFastRequest(EncodeFastRequest(*request));
+    if (!again.ok() || again->key_id != request->key_id || again->bytes != request->bytes ||
+        std::memcmp(again->dims, request->dims, sizeof(request->dims)) != 0) {
+      std::abort();
+    }
+  }
+  if (absl::StatusOr<FastNotice> notice = DecodeFastNotice(message); notice.ok()) {
+    if (notice->message.size() > kMaxNoticeText || notice->code <= 0 || notice->code > 16) {
+      std::abort();
+    }
+    absl::StatusOr<FastNotice> again = DecodeFastNotice(EncodeFastNotice(*notice));
+    if (!again.ok() || again->message != notice->message || again->kind != notice->kind) {
+      std::abort();
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,73 @@
+// The fast path's two messages: what one side encodes the other decodes,
+// and anything else is refused with a reason before it is used.
+#include "control/fast_path_wire.h"
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace rdv::control {
+namespace {
+
+TEST(FastPathWireTest, ARequestArrivesAsSent) {
+  FastRequest request;
+  request.key_id = 0x1234567890abcdefull;
+  request.step_id = -3;
+  request.request_id = 77;
+  request.bytes = 4096;
+  request.dtype = 1;
+  request.num_dims = 2;
+  request.dims[0] = 32;
+  request.dims[1] = 32;
+  const std::string bytes = EncodeFastRequest(request);
+  ASSERT_EQ(*PeekFastKind(bytes), FastKind::kRequest);
+  absl::StatusOr<FastRequest> decoded = DecodeFastRequest(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->key_id, request.key_id);
+  EXPECT_EQ(decoded->step_id, -3);
+  EXPECT_EQ(decoded->request_id, 77u);
+  EXPECT_EQ(decoded->bytes, 4096u);
+  EXPECT_EQ(decoded->num_dims, 2u);
+  EXPECT_EQ(decoded->dims[1], 32);
+  EXPECT_FALSE(DecodeFastNotice(bytes).ok()) << "a request is not a notice";
+}
+
+TEST(FastPathWireTest, ANoticeArrivesAsSentAndItsTextIsBounded) {
+  FastNotice notice;
+  notice.request_id = 9;
+  notice.kind = FastNoticeKind::kFailed;
+  notice.code = 10;
+  notice.message = std::string(kMaxNoticeText + 50, 'x');
+  absl::StatusOr<FastNotice> decoded = DecodeFastNotice(EncodeFastNotice(notice));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->request_id, 9u);
+  EXPECT_EQ(decoded->kind, FastNoticeKind::kFailed);
+  EXPECT_EQ(decoded->code, 10);
+  EXPECT_EQ(decoded->message.size(), kMaxNoticeText);
+}
+
+TEST(FastPathWireTest, AnythingElseIsRefusedWithAReason) {
+  FastRequest request;
+  request.num_dims = 1;
+  std::string bytes = EncodeFastRequest(request);
+  EXPECT_TRUE(absl::StrContains(PeekFastKind("RDV").status().message(), "too short"));
+  std::string wrong_magic = bytes;
+  wrong_magic[0] = 'X';
+  EXPECT_TRUE(absl::StrContains(DecodeFastRequest(wrong_magic).status().message(), "magic"));
+  std::string wrong_version = bytes;
+  wrong_version[4] = 9;
+  EXPECT_TRUE(absl::StrContains(DecodeFastRequest(wrong_version).status().message(), "version"));
+  const std::string cut = bytes.substr(0, bytes.size() - 1);
+  EXPECT_TRUE(absl::StrContains(DecodeFastRequest(cut).status().message(), "bytes"));
+  request.num_dims = kFastPathMaxDims + 1;
+  EXPECT_TRUE(absl::StrContains(DecodeFastRequest(EncodeFastRequest(request)).status().message(),
+                                "dimensions"));
+  FastNotice notice;
+  notice.kind = static_cast<FastNoticeKind>(42);
+  EXPECT_FALSE(DecodeFastNotice(EncodeFastNotice(notice)).ok());
+  notice.kind = FastNoticeKind::kFailed;
+  notice.code = 0;  // not a failure's code
+  EXPECT_EQ(DecodeFastNotice(EncodeFastNotice(notice))->code, 2);
+}
+
+}  // namespace
+}  // namespace rdv::control

@@ -1,0 +1,137 @@
+// The fast path (control/fast_path.h) between this process and a producer
+// worker process: a recurring key's Recvs make no RecvTensor call, and are
+// right whatever its values do (change shape, die, never come, lose their
+// producer). Runs for the protocol settings with the fast path on.
+#include <csignal>
+
+#include "control/fast_path.h"
+#include "tests/control/remote_conformance.h"
+
+namespace rdv::control::remote_test {
+namespace {
+
+#define RDV_SKIP_UNLESS_FAST_PATH()                                                \
+  if (!GetParam().fast_path) GTEST_SKIP() << "the fast path is off in this setting"; \
+  ASSERT_NE(consumer_->fast_path(), nullptr) << "RDV_FAST_PATH=1 and UCX: it should be on"
+
+TEST_P(RemoteConformanceTest, FastPathRecurringKeyMakesNoRecvTensorCall) {
+  RDV_SKIP_UNLESS_FAST_PATH();
+  const ParsedKey key = Key("recurring");
+  for (const int64_t bytes : {int64_t{64}, int64_t{1} << 20}) {
+    const int64_t step = 60 + bytes % 7;
+    for (uint32_t seed = 1; seed <= 5; ++seed) {
+      ASSERT_TRUE(Produce(step, {Item(key, DType::kUInt8, {bytes}, seed)}).ok());
+    }
+    const int64_t fast_before = consumer_->fast_path()->recvs_started();
+    for (uint32_t seed = 1; seed <= 5; ++seed) {
+      ExpectPattern(step, key, seed, static_cast<size_t>(bytes));
+    }
+    // The first value of a new size comes by RecvTensor (the shape changed)
+    // or, for the first key, teaches it; every later one comes fast.
+    EXPECT_GE(consumer_->fast_path()->recvs_started() - fast_before, 4) << bytes << " bytes";
+  }
+}
+
+TEST_P(RemoteConformanceTest, FastPathAsyncRecvsOfOneKeyAllArrive) {
+  RDV_SKIP_UNLESS_FAST_PATH();
+  const ParsedKey key = Key("async");
+  constexpr int kValues = 16;
+  ASSERT_TRUE(Produce(70, {Item(key, DType::kFloat, {1024}, 1)}).ok());
+  ExpectPattern(70, key, 1, 4096);
+  std::vector<ProduceItem> items;
+  for (int i = 0; i < kValues; ++i) items.push_back(Item(key, DType::kFloat, {1024}, 7));
+  ASSERT_TRUE(Produce(70, items).ok());
+  std::vector<RecvResult> results(kValues);
+  for (RecvResult& result : results) {
+    consumer_->rendezvous_mgr().Find(70)->RecvAsync(key, {}, result.Capture());
+  }
+  for (RecvResult& result : results) {
+    ASSERT_TRUE(result.Wait());
+    ASSERT_TRUE(result.status.ok()) << result.status;
+    EXPECT_TRUE(VerifyPattern(result.value, 7).ok());
+  }
+  EXPECT_EQ(consumer_->fast_path()->refused(), 0);
+}
+
+// A value of another shape or dtype than the last is fetched by RecvTensor
+// once, whole and right; the key's Recvs are fast again after it.
+TEST_P(RemoteConformanceTest, FastPathChangedShapeIsFetchedWholeOnce) {
+  RDV_SKIP_UNLESS_FAST_PATH();
+  const ParsedKey key = Key("reshaped");
+  ASSERT_TRUE(Produce(71, {Item(key, DType::kFloat, {16}, 1)}).ok());
+  ExpectPattern(71, key, 1, 64);
+  ASSERT_TRUE(Produce(71, {Item(key, DType::kFloat, {4, 100}, 2)}).ok());
+  ExpectPattern(71, key, 2, 1600);  // grown: nothing truncated
+  ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, 3)}).ok());
+  ExpectPattern(71, key, 3, 12);  // shrunk and retyped: nothing overrun
+  const int64_t fast_before = consumer_->fast_path()->recvs_started();
+  ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, 4)}).ok());
+  ExpectPattern(71, key, 4, 12);
+  EXPECT_EQ(consumer_->fast_path()->recvs_started() - fast_before, 1);
+  EXPECT_EQ(HeldInAll(Holdings()), 0u) << "the changed values were all fetched";
+}
+
+TEST_P(RemoteConformanceTest, FastPathDeadValueArrivesDead) {
+  RDV_SKIP_UNLESS_FAST_PATH();
+  const ParsedKey key = Key("dies");
+  ASSERT_TRUE(Produce(72, {Item(key, DType::kFloat, {8}, 1)}).ok());
+  ExpectPattern(72, key, 1, 32);
+  ProduceItem dead = Item(key, DType::kFloat, {8}, 2);
+  dead.set_is_dead(true);
+  ASSERT_TRUE(Produce(72, {dead}).ok());
+  Tensor value;
+  bool is_dead = false;
+  ASSERT_TRUE(Recv(72, key, &value, &is_dead).ok());
+  EXPECT_TRUE(is_dead);
+}
+
+// A fast Recv whose value never comes ends with the step's abort, its own
+// timeout and its cancellation, promptly, and the key keeps working.
+TEST_P(RemoteConformanceTest, FastPathRecvEndsByAbortTimeoutAndCancel) {
+  RDV_SKIP_UNLESS_FAST_PATH();
+  const ParsedKey key = Key("never");
+  ASSERT_TRUE(Produce(73, {Item(key, DType::kFloat, {8}, 1)}).ok());
+  ExpectPattern(73, key, 1, 32);
+  Tensor value;
+  bool is_dead = false;
+  EXPECT_EQ(Recv(73, key, &value, &is_dead, absl::Milliseconds(50)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  CancellationManager cancel;
+  RendezvousArgs args;
+  args.cancellation_manager = &cancel;
+  RecvResult cancelled;
+  consumer_->rendezvous_mgr().Find(73)->RecvAsync(key, args, cancelled.Capture());
+  cancel.StartCancel();
+  ASSERT_TRUE(cancelled.Wait());
+  EXPECT_EQ(cancelled.status.code(), absl::StatusCode::kCancelled) << cancelled.status;
+  RecvResult aborted;
+  consumer_->rendezvous_mgr().Find(73)->RecvAsync(key, {}, aborted.Capture());
+  consumer_->rendezvous_mgr().Find(73)->StartAbort(absl::AbortedError("the step failed"));
+  ASSERT_TRUE(aborted.Wait());
+  EXPECT_EQ(aborted.status.code(), absl::StatusCode::kAborted) << aborted.status;
+  // Another step: the key's next value still arrives, fast.
+  ASSERT_TRUE(Produce(74, {Item(key, DType::kFloat, {8}, 9)}).ok());
+  ExpectPattern(74, key, 9, 32);
+}
+
+// The producer dies while a fast Recv waits: UNAVAILABLE within the peer
+// timeout (its PeerWatch), never a hang.
+TEST_P(RemoteConformanceTest, FastPathProducerDeathFailsTheRecv) {
+  RDV_SKIP_UNLESS_FAST_PATH();
+  const ParsedKey key = Key("orphaned");
+  ASSERT_TRUE(Produce(75, {Item(key, DType::kFloat, {8}, 1)}).ok());
+  ExpectPattern(75, key, 1, 32);
+  RecvResult waiting;
+  consumer_->rendezvous_mgr().Find(75)->RecvAsync(key, {}, waiting.Capture());
+  ASSERT_TRUE(rdv::testing::PollUntil(
+      [&] { return consumer_->fast_path()->recvs_started() >= 1; }));
+  const absl::Time killed = absl::Now();
+  producer_->Kill();
+  ASSERT_TRUE(waiting.Wait()) << "a fast Recv hangs on a dead producer";
+  EXPECT_EQ(waiting.status.code(), absl::StatusCode::kUnavailable) << waiting.status;
+  EXPECT_LT(absl::Now() - killed, kPeerTimeout + absl::Seconds(3));
+  producer_.reset();
+}
+
+}  // namespace
+}  // namespace rdv::control::remote_test
