@@ -405,9 +405,9 @@ absl::Status TensorService::Admit(const RecvTensorRequest& request, const Parsed
   if (request.fetch_held()) return absl::OkStatus();  // served once: TakeHeldValue
   std::lock_guard lock(mu_);
   if (!seen_requests_[request.step_id()].insert(request.request_id()).second) {
-    return absl::AlreadyExistsError(absl::StrCat("RecvTensor request ", request.request_id(),
-                                                 " of step ", request.step_id(),
-                                                 " was already received; it is never served twice"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("RecvTensor request ", request.request_id(), " of step ", request.step_id(),
+                     " was already received or withdrawn; it is never served twice"));
   }
   return absl::OkStatus();
 }
@@ -425,7 +425,11 @@ void TensorService::Unregister(int64_t step_id, int64_t request_id) {
 bool TensorService::Withdraw(int64_t step_id, int64_t request_id) {
   std::lock_guard lock(mu_);
   auto it = live_recvs_.find({step_id, request_id});
-  return it == live_recvs_.end() || it->second->Withdraw();
+  if (it != live_recvs_.end()) return it->second->Withdraw();
+  // Not here yet, or over: one that arrives after its withdrawal is
+  // refused, or it would take a value its consumer no longer waits for.
+  seen_requests_[step_id].insert(request_id);
+  return true;
 }
 
 absl::Status TensorService::ReleaseTransfers(

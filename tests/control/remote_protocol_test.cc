@@ -68,6 +68,12 @@ TEST_P(RemoteConformanceTest, FetchHeldOfAnotherKeyIsRefusedAndTheValueStays) {
 TEST_P(RemoteConformanceTest, TaggedSendNobodyReceivesDoesNotHoldTheProducersShutdown) {
   if (!absl::StrContains(GetParam().protocol, "ucx")) GTEST_SKIP() << "op is UCX's";
   RestartProducerWithSetting("op", "tag");
+  // Wired up first: Debian's UCX 1.13 aborts the consumer when its peer
+  // stops during the wireup of the producer's endpoint to it over tcp (see
+  // ExpectLossMidTransferFailsTheRecv), which is not what this test is about.
+  const ParsedKey warm = Key("received_first");
+  ASSERT_TRUE(Produce(43, {Item(warm, DType::kUInt8, {int64_t{1} << 20}, 11)}).ok());
+  ExpectPattern(43, warm, 11, size_t{1} << 20);
   const ParsedKey key = Key("never_received");
   ASSERT_TRUE(Produce(43, {Item(key, DType::kUInt8, {int64_t{1} << 20}, 12)}).ok());
   RecvTensorRequest request = RawRequest(43, key, 43001);
@@ -102,6 +108,26 @@ TEST_P(RemoteConformanceTest, StepCleanupDropsAHeldValue) {
   RawRecvTensor(request, &status);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
   EXPECT_NE(status.error_message().find("cleaned up"), std::string::npos) << status.error_message();
+}
+
+// A timed-out Recv withdraws its request, which may not have reached the
+// producer yet: arriving after its withdrawal, it is refused, and the value
+// stays for the next Recv (else it would go to a Recv that is gone).
+TEST_P(RemoteConformanceTest, RecvTensorArrivingAfterItsWithdrawalIsRefused) {
+  const ParsedKey key = Key("withdrawn_early");
+  WithdrawRecvTensorRequest withdraw;
+  withdraw.set_step_id(38);
+  withdraw.set_request_id(38001);
+  WithdrawRecvTensorResponse withdrawn;
+  WorkerCall([&](grpc::ClientContext* context) {
+    return worker_stub_->WithdrawRecvTensor(context, withdraw, &withdrawn);
+  });
+  EXPECT_TRUE(withdrawn.withdrawn());
+  ASSERT_TRUE(Produce(38, {Item(key, DType::kFloat, {4}, 6)}).ok());
+  grpc::Status status;
+  RawRecvTensor(RawRequest(38, key, 38001), &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS) << status.error_message();
+  ExpectPattern(38, key, 6, 16);
 }
 
 // A consumer need not Handshake before its first Recv: the request itself
