@@ -80,42 +80,31 @@ void FastPath::OnRequest(const FastRequest& request) {
 void FastPath::Answer(const FastRequest& request, const FastKeyIds::Entry& entry,
                       const ParsedKey& key, const absl::Status& status, const Tensor& value,
                       bool is_dead) {
-  FastNotice notice;
-  notice.request_id = request.request_id;
-  if (!status.ok()) {
-    notice.kind = FastNoticeKind::kFailed;
-    notice.code = static_cast<int32_t>(status.code());
-    notice.message = absl::StrCat("the producer's Recv: ", status.message());
-    return Notify(env_.data_plane, entry.consumer_address, std::move(notice));
-  }
+  DataPlane* const plane = env_.data_plane;
+  const uint64_t id = request.request_id;
+  if (!status.ok()) return Notify(plane, entry.consumer_address, Failed(id, "Recv", status));
   if (is_dead) {
-    notice.kind = FastNoticeKind::kDead;
-    return Notify(env_.data_plane, entry.consumer_address, std::move(notice));
+    return Notify(plane, entry.consumer_address, FastNotice{id, FastNoticeKind::kDead, 0, ""});
   }
   if (!value.location().is_host() || !ShapeMatches(request, value)) {
-    tensors_.HoldForFetch(request.step_id, static_cast<int64_t>(request.request_id), key, value,
-                          false);
-    notice.kind = FastNoticeKind::kChanged;
-    return Notify(env_.data_plane, entry.consumer_address, std::move(notice));
+    tensors_.HoldForFetch(request.step_id, static_cast<int64_t>(id), key, value, false);
+    return Notify(plane, entry.consumer_address,
+                  FastNotice{id, FastNoticeKind::kChanged, 0, ""});
   }
-  RDV_LOG(Debug) << "fast path: request " << request.request_id << " answered by a tagged send";
+  RDV_LOG(Debug) << "fast path: request " << id << " answered by a tagged send";
   const ConsumerWatcher consumer(*env_.worker_cache, env_.worker_name, key);
-  absl::StatusOr<TransportDescriptor> offered = env_.data_plane->Offer(
-      request.step_id, static_cast<int64_t>(request.request_id), value, entry.consumer_address,
-      consumer, [plane = env_.data_plane, notice,
-                 address = entry.consumer_address](absl::Status sent) mutable {
-        if (sent.ok()) return;
-        notice.kind = FastNoticeKind::kFailed;
-        notice.code = static_cast<int32_t>(sent.code());
-        notice.message = absl::StrCat("the producer's tagged send: ", sent.message());
-        Notify(plane, address, std::move(notice));
+  absl::StatusOr<TransportDescriptor> offered = plane->Offer(
+      request.step_id, static_cast<int64_t>(id), value, entry.consumer_address, consumer,
+      [plane, id, address = entry.consumer_address](absl::Status sent) {
+        if (!sent.ok()) Notify(plane, address, Failed(id, "tagged send", sent));
       });
-  if (!offered.ok()) {
-    notice.kind = FastNoticeKind::kFailed;
-    notice.code = static_cast<int32_t>(offered.status().code());
-    notice.message = std::string(offered.status().message());
-    Notify(env_.data_plane, entry.consumer_address, std::move(notice));
-  }
+  if (!offered.ok()) Notify(plane, entry.consumer_address, Failed(id, "offer", offered.status()));
+}
+
+FastNotice FastPath::Failed(uint64_t request_id, absl::string_view what,
+                            const absl::Status& status) {
+  return FastNotice{request_id, FastNoticeKind::kFailed, static_cast<int32_t>(status.code()),
+                    absl::StrCat("the producer's ", what, ": ", status.message())};
 }
 
 void FastPath::Notify(DataPlane* data_plane, const std::string& consumer_address,

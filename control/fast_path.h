@@ -98,6 +98,10 @@ class FastPath {
   // send's failure) may call it too.
   static void Notify(DataPlane* data_plane, const std::string& consumer_address,
                      FastNotice notice);
+  // The notice that fails request `request_id` with `status`, from the
+  // producer's `what`.
+  static FastNotice Failed(uint64_t request_id, absl::string_view what,
+                           const absl::Status& status);
   void Refuse(const absl::Status& why);
 
   const WorkerEnv& env_;
