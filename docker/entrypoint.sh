@@ -4,8 +4,9 @@
 #           client's conformance suite starts its producer workers here)
 #           and an rdv-bench server over $RDV_PROTOCOL on :18515
 #   client  runs rdv's conformance suite for grpc+verbs and for grpc+ucx
-#           over rc_verbs with its producers in the server container, then
-#           rdv-bench against the server
+#           over rc_verbs (RDV_CONFORMANCE_SETTINGS: the settings, default
+#           "grpc_verbs grpc_ucx_rdma") with its producers in the server
+#           container, then rdv-bench against the server
 #   any other command runs as given.
 # With RDV_ADD_RXE=1 the container first adds its own SoftRoCE device on
 # $RDV_RXE_NETDEV (needs NET_ADMIN, the host's network and rdma_rxe);
@@ -60,8 +61,10 @@ measure() {
   server_host=${RDV_SERVER_HOST:?set RDV_SERVER_HOST to the server container\'s address}
   wait_for_port "$server_host" 18600
   wait_for_port "$server_host" 18515
-  conformance grpc_verbs
-  conformance grpc_ucx_rdma
+  local setting
+  for setting in ${RDV_CONFORMANCE_SETTINGS:-grpc_verbs grpc_ucx_rdma}; do
+    conformance "$setting"
+  done
   say "rdv-bench from this container to the server, $protocol"
   exec "$build/apps/rdv-bench" --client "$server_host:18515" --protocol "$protocol" \
     --sizes "${RDV_BENCH_SIZES:-64K,1M,4M}" --in_flight 8 --iters "${RDV_BENCH_ITERS:-50}"
