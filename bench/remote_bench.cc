@@ -23,6 +23,8 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "benchmark/benchmark.h"
+#include "control/security.h"
+#include "control/worker_cache.h"
 #include "control/worker_process.h"
 #include "control/worker_server.h"
 

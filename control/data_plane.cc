@@ -8,26 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "core/cuda.h"
-#include "core/environment.h"
 #include "core/logging.h"
 
 namespace rdv::control {
-absl::StatusOr<DataPlaneOptions> DataPlaneOptions::FromEnvironment() {
-  DataPlaneOptions options;
-  for (auto [name, bytes] : {std::pair{"RDV_INLINE_BYTES", &options.inline_bytes},
-                             std::pair{"RDV_POOL_CACHE_BYTES", &options.pool_cache_bytes},
-                             std::pair{"RDV_REGISTRATION_CACHE_BYTES",
-                                       &options.registration_cache_bytes}}) {
-    uint64_t value = *bytes;
-    RDV_RETURN_IF_ERROR(env::ReadBytes(name, SIZE_MAX, &value));
-    *bytes = static_cast<size_t>(value);
-  }
-  RDV_LOG(Debug) << "RDV_INLINE_BYTES=" << options.inline_bytes
-                 << " RDV_POOL_CACHE_BYTES=" << options.pool_cache_bytes
-                 << " RDV_REGISTRATION_CACHE_BYTES=" << options.registration_cache_bytes;
-  return options;
-}
-
 absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Create(absl::string_view protocol,
                                                              DataPlaneOptions options) {
   absl::string_view name = protocol;

@@ -20,6 +20,7 @@
 #include "control/consumer_lease.h"
 #include "control/endpoint_cache.h"
 #include "control/held_transfers.h"
+#include "control/options.h"
 #include "control/worker.pb.h"
 #include "core/tensor.h"
 #include "plugin/registration_cache.h"
@@ -27,22 +28,6 @@
 #include "plugin/transport_allocator.h"
 
 namespace rdv::control {
-
-struct DataPlaneOptions {
-  // Tensors up to this many bytes ride in the RecvTensor answer.
-  // RDV_INLINE_BYTES.
-  size_t inline_bytes = 4096;
-  // Free transport memory kept for reuse. RDV_POOL_CACHE_BYTES.
-  size_t pool_cache_bytes = size_t{1} << 30;
-  // Registrations of foreign buffers kept. RDV_REGISTRATION_CACHE_BYTES.
-  size_t registration_cache_bytes = size_t{4} << 30;
-  // The transport plugin's settings, by the names it lists
-  // (docs/configuration.md). One left out is read from its variable
-  // (RDV_UCX_OP, UCX_TLS, RDV_IB_DEVICE...) when the plugin loads.
-  plugin::TransportSettings transport_settings;
-
-  static absl::StatusOr<DataPlaneOptions> FromEnvironment();
-};
 
 class DataPlane {
  public:

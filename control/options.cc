@@ -29,4 +29,20 @@ absl::StatusOr<ControlOptions> ControlOptions::FromEnvironment() {
   return options;
 }
 
+absl::StatusOr<DataPlaneOptions> DataPlaneOptions::FromEnvironment() {
+  DataPlaneOptions options;
+  for (auto [name, bytes] : {std::pair{"RDV_INLINE_BYTES", &options.inline_bytes},
+                             std::pair{"RDV_POOL_CACHE_BYTES", &options.pool_cache_bytes},
+                             std::pair{"RDV_REGISTRATION_CACHE_BYTES",
+                                       &options.registration_cache_bytes}}) {
+    uint64_t value = *bytes;
+    RDV_RETURN_IF_ERROR(env::ReadBytes(name, SIZE_MAX, &value));
+    *bytes = static_cast<size_t>(value);
+  }
+  RDV_LOG(Debug) << "RDV_INLINE_BYTES=" << options.inline_bytes
+                 << " RDV_POOL_CACHE_BYTES=" << options.pool_cache_bytes
+                 << " RDV_REGISTRATION_CACHE_BYTES=" << options.registration_cache_bytes;
+  return options;
+}
+
 }  // namespace rdv::control

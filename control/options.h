@@ -4,9 +4,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "absl/time/time.h"
-#include "control/security.h"
+#include "control/security_options.h"
 #include "core/status.h"
 
 namespace rdv::control {
@@ -47,6 +49,24 @@ struct ControlOptions {
   // Defaults overridden by the environment; INVALID_ARGUMENT naming the
   // variable when a value does not parse or is out of range.
   static absl::StatusOr<ControlOptions> FromEnvironment();
+};
+
+// The data plane's settings, for protocols grpc+<transport>
+// (control/data_plane.h).
+struct DataPlaneOptions {
+  // Tensors up to this many bytes ride in the RecvTensor answer.
+  // RDV_INLINE_BYTES.
+  size_t inline_bytes = 4096;
+  // Free transport memory kept for reuse. RDV_POOL_CACHE_BYTES.
+  size_t pool_cache_bytes = size_t{1} << 30;
+  // Registrations of foreign buffers kept. RDV_REGISTRATION_CACHE_BYTES.
+  size_t registration_cache_bytes = size_t{4} << 30;
+  // The transport plugin's settings, by the names it lists
+  // (docs/configuration.md). One left out is read from its variable
+  // (RDV_UCX_OP, UCX_TLS, RDV_IB_DEVICE...) when the plugin loads.
+  std::map<std::string, std::string> transport_settings;
+
+  static absl::StatusOr<DataPlaneOptions> FromEnvironment();
 };
 
 }  // namespace rdv::control

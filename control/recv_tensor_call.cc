@@ -90,6 +90,26 @@ void RecvTensorCall::Abort(const absl::Status& status) {
   context_.TryCancel();
 }
 
+void RecvTensorCall::Cancel(const absl::Status& status) {
+  struct Withdrawal {
+    grpc::ClientContext context;
+    WithdrawRecvTensorRequest request;
+    WithdrawRecvTensorResponse response;
+  };
+  auto withdrawal = std::make_shared<Withdrawal>();
+  withdrawal->context.set_deadline(absl::ToChronoTime(absl::Now() + worker_->peer_timeout));
+  withdrawal->request.set_step_id(request_.step_id());
+  withdrawal->request.set_request_id(request_.request_id());
+  worker_->stub->async()->WithdrawRecvTensor(
+      &withdrawal->context, &withdrawal->request, &withdrawal->response,
+      [withdrawal, liveness = liveness_, status](const grpc::Status& answer) {
+        // A producer that cannot answer cannot send the value either.
+        if (answer.ok() && !withdrawal->response.withdrawn()) return;
+        std::lock_guard lock(liveness->mu);
+        if (liveness->call != nullptr) liveness->call->Abort(status);
+      });
+}
+
 void RecvTensorCall::OnReadDone(bool ok) {
   if (!ok) return;  // the stream ended; OnDone follows
   const absl::Status decoded = exchange_->Consume(&response_);
@@ -106,6 +126,10 @@ void RecvTensorCall::OnReadDone(bool ok) {
 void RecvTensorCall::OnDone(const grpc::Status& status) { exchange_->CallEnded(status); }
 
 void RecvTensorCall::Complete(absl::Status status, Tensor tensor, bool is_dead) {
+  {
+    std::lock_guard lock(liveness_->mu);
+    liveness_->call = nullptr;
+  }
   std::move(detach_)(this);
   std::move(done_)(std::move(status), std::move(tensor), is_dead);
   delete this;

@@ -22,6 +22,9 @@ class AbortableCall {
   // Ends the call early; the Recv completes with `status` (the first
   // given). Any thread, until the call is untracked.
   virtual void Abort(const absl::Status& status) = 0;
+  // The Recv's cancellation manager fired: Abort, unless the call can make
+  // sure first that no value the producer already took is lost.
+  virtual void Cancel(const absl::Status& status) { Abort(status); }
 };
 
 class RecvTensorCall final : public AbortableCall,
@@ -43,12 +46,24 @@ class RecvTensorCall final : public AbortableCall,
 
   // Safe under the caller's locks: nothing here finishes the call.
   void Abort(const absl::Status& status) override;
+  // Asks the producer to withdraw the Recv (one round trip, off this
+  // thread), then aborts with `status` if it did or cannot answer. A value
+  // it had already taken arrives instead: the cancellation came too late,
+  // and the value is not lost.
+  void Cancel(const absl::Status& status) override;
 
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
 
  private:
   void Complete(absl::Status status, Tensor tensor, bool is_dead);
+
+  // Whether the call still exists, for a withdrawal answered after it ended.
+  struct Liveness {
+    explicit Liveness(RecvTensorCall* live) : call(live) {}
+    std::mutex mu;
+    RecvTensorCall* call;  // guarded by mu; null once the call completed
+  };
 
   // First: the count ends after everything below (worker_, context_, the
   // exchange) is gone, so the cache keeps the worker's last reference.
@@ -58,6 +73,7 @@ class RecvTensorCall final : public AbortableCall,
   Detach detach_;
   Done done_;
   const std::shared_ptr<RecvExchange> exchange_;
+  const std::shared_ptr<Liveness> liveness_ = std::make_shared<Liveness>(this);
   grpc::ClientContext context_;
   grpc::ByteBuffer request_buffer_;
   grpc::ByteBuffer response_;

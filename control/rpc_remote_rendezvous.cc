@@ -157,7 +157,7 @@ void RpcRemoteRendezvous::Hook(AbortableCall* call, absl::string_view key,
   if (const absl::Status aborted = Track(call); !aborted.ok()) call->Abort(aborted);
   if (cancel != nullptr &&
       !cancel->RegisterCallback(token, [call, key = std::string(key)] {
-        call->Abort(RecvCancelledError(key));
+        call->Cancel(RecvCancelledError(key));
       })) {
     call->Abort(RecvCancelledError(key));
   }

@@ -6,6 +6,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include "control/protocol.h"
+#include "control/security.h"
 #include "control/tensor_codec.h"
 #include "core/logging.h"
 

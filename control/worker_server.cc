@@ -8,6 +8,7 @@
 #include <grpcpp/support/server_callback.h>
 
 #include "absl/strings/str_cat.h"
+#include "control/data_plane.h"
 #include "control/driver_service.h"
 #include "control/fast_path.h"
 #include "control/graph_service.h"
@@ -17,6 +18,7 @@
 #include "control/security.h"
 #include "control/step_control.h"
 #include "control/tensor_service.h"
+#include "control/worker_env.h"
 #include "core/cuda_settings.h"
 #include "core/logging.h"
 

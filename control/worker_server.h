@@ -14,12 +14,14 @@
 #include <string>
 
 #include "control/cluster.h"
-#include "control/data_plane.h"
 #include "control/options.h"
 #include "control/rendezvous_mgr.h"
-#include "control/worker_env.h"
 
 namespace rdv::control {
+
+class DataPlane;
+class FastPath;
+class WorkerCache;
 
 // A default-constructed WorkerServerOptions reads no environment: start
 // from FromEnvironment() to honour the RDV_* variables, as rdv-worker does.

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -39,6 +41,21 @@ bool IsFile(const std::string& path) {
   return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
+// <libdir>/rdv when this code runs from an installed librdv.so, wherever
+// its prefix was moved to: an embedder finds the plugins installed with it.
+std::optional<std::string> PluginDirBesideSharedLibrary() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<const void*>(&IsFile), &info) == 0 || info.dli_fname == nullptr) {
+    return std::nullopt;
+  }
+  const absl::string_view file = info.dli_fname;
+  const size_t slash = file.rfind('/');
+  if (slash == absl::string_view::npos || !absl::StrContains(file.substr(slash), ".so")) {
+    return std::nullopt;
+  }
+  return absl::StrCat(file.substr(0, slash), "/rdv");
+}
+
 }  // namespace
 
 absl::Status TransportStatus(int code, const char* message, absl::string_view what) {
@@ -53,6 +70,9 @@ std::vector<std::string> Transport::SearchPath() {
     for (absl::string_view dir : absl::StrSplit(env, ':', absl::SkipEmpty())) {
       directories.emplace_back(dir);
     }
+  }
+  if (std::optional<std::string> beside = PluginDirBesideSharedLibrary()) {
+    directories.push_back(*std::move(beside));
   }
   directories.emplace_back(RDV_INSTALL_PLUGIN_DIR);
   directories.emplace_back(RDV_BUILD_PLUGIN_DIR);

@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "control/data_plane.h"
 #include "control/protocol.h"
 #include "control/worker_server.h"
 #include "gtest/gtest.h"

@@ -1,0 +1,117 @@
+"""rdv from Python: tensor rendezvous between processes and hosts.
+
+A Worker is one rdv worker in this process (the C++ WorkerServer). Send
+shares a C-contiguous numpy array with rdv (no copy: do not write to it
+until its receiver has it); recv returns a numpy array over the received
+buffer (no copy). Every wait releases the GIL; Ctrl-C cancels a waiting
+recv. Failures raise rdv.Error, whose .code is one of rdv.Code.
+
+    producer = rdv.Worker(task=0, cluster="worker=127.0.0.1:1,127.0.0.1:1",
+                          protocol="grpc+ucx")
+    key = rdv.create_key(producer.device(), producer.incarnation,
+                         "/job:worker/replica:0/task:1/device:CPU:0", "edge")
+    producer.send(1, key, numpy.arange(10.0))
+"""
+
+import asyncio
+import atexit
+import concurrent.futures
+import enum
+import weakref
+
+from . import _rdv
+from ._rdv import Error, create_key, parse_key
+
+__all__ = ["Code", "Error", "Worker", "create_key", "parse_key"]
+
+
+class Code(enum.IntEnum):
+    """rdv's status codes (absl::StatusCode, gRPC's numbering)."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+
+_open_workers = weakref.WeakSet()
+
+
+class Worker(_rdv.Worker):
+    """One rdv worker, serving on `listen` ("host:port"; port 0 picks one).
+
+    Worker(task=0, cluster=None, protocol="grpc", listen="127.0.0.1:0",
+           job="worker", transport_settings={}, from_environment=True)
+
+    cluster: "job=h:p,h:p;job2=h:p" or {"job": ["h:p", ...]}, where task T
+    of job J is the worker "/job:J/replica:0/task:T" (its own entry may be a
+    placeholder). protocol: "grpc", "grpc+ucx" or "grpc+verbs".
+    transport_settings: the plugin's settings by name (docs/configuration.md).
+    from_environment: start from the RDV_* variables, as rdv-worker does.
+
+    send(step, key, array, is_dead=False): never blocks.
+    recv(step, key, timeout=None): the array (None for a dead tensor);
+        rdv.Error DEADLINE_EXCEEDED when nothing came within timeout seconds.
+    recv_async(step, key): a concurrent.futures.Future of the array;
+        cancelling it withdraws the recv.
+    arecv(step, key): the same, awaitable from asyncio.
+    abort(step, message): fails the step's waiting and later recvs (ABORTED).
+    cleanup_step(step): aborts the step and forgets it.
+    close(): stops serving; also on leaving a `with` block and at exit.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _open_workers.add(self)
+
+    def device(self, kind="CPU", index=0):
+        """This worker's device name, e.g. /job:worker/replica:0/task:0/device:CPU:0."""
+        return f"{self.name}/device:{kind}:{index}"
+
+    def recv_async(self, step, key):
+        future = concurrent.futures.Future()
+
+        def finished(error, array):
+            if future.cancelled():
+                return
+            try:
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(array)
+            except concurrent.futures.InvalidStateError:
+                pass  # cancelled meanwhile
+
+        pending = self._recv_async(step, key, finished)
+        future.add_done_callback(lambda f: pending.cancel() if f.cancelled() else None)
+        return future
+
+    async def arecv(self, step, key):
+        return await asyncio.wrap_future(self.recv_async(step, key))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+@atexit.register
+def _close_open_workers():
+    # Before the interpreter goes: a worker's threads call back into Python.
+    for worker in list(_open_workers):
+        worker.close()
