@@ -25,11 +25,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "apps/bench_results.h"
+#include "apps/tool_flags.h"
 #include "control/protocol.h"
 #include "control/security.h"
 #include "control/tensor_pattern.h"
@@ -416,13 +415,12 @@ int Compare(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "compare") return Compare(argc, argv);
-  absl::SetProgramUsageMessage(
+  rdv::ParseToolFlags(argc, argv,
       "Send->Recv bandwidth and latency between two rdv workers.\n"
       "  rdv-bench --local [--protocol grpc+ucx] [--sizes 4K:64M]\n"
       "  rdv-bench --server [--listen 0.0.0.0:18515] [--protocol ...]\n"
       "  rdv-bench --client HOST:PORT [--protocol ...] [--json F] [--csv F] [--plot F.png]\n"
       "  rdv-bench compare [--help]   every protocol beside ucx_perftest and raw gRPC");
-  absl::ParseCommandLine(argc, argv);
   // Standard output carries the table; UCX, loaded later with the transport
   // plugin, would print its warnings there.
   setenv("UCX_LOG_FILE", "stderr", /*overwrite=*/0);

@@ -20,11 +20,10 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/match.h"
+#include "apps/tool_flags.h"
 #include "control/grpc_status.h"
 #include "control/security.h"
 #include "control/worker.grpc.pb.h"
@@ -169,7 +168,6 @@ int Run() {
 }  // namespace rdv::control
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("rdv-launcher [--listen host:port]");
-  absl::ParseCommandLine(argc, argv);
+  rdv::ParseToolFlags(argc, argv, "rdv-launcher [--listen host:port]");
   return rdv::control::Run();
 }

@@ -14,10 +14,9 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "apps/tool_flags.h"
 #include "control/graph_session.h"
 #include "control/worker_process.h"
 #include "graph/kernels.h"
@@ -97,10 +96,9 @@ absl::Status Run(bool* step_failed) {
 }  // namespace rdv::control
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  rdv::ParseToolFlags(argc, argv,
       "rdv-run (--local_workers N [--protocol P] | --cluster job=h:p,...) --graph g.json "
       "--fetch node:slot[,...] [--steps N]");
-  absl::ParseCommandLine(argc, argv);
   bool step_failed = false;
   const absl::Status status = rdv::control::Run(&step_failed);
   if (!status.ok()) {

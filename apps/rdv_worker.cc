@@ -16,13 +16,12 @@
 #include <unistd.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "apps/tool_flags.h"
 #include "control/worker_server.h"
 #include "core/logging.h"
 #include "plugin/transport.h"
@@ -188,8 +187,8 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("rdv-worker --cluster worker=h:p,h:p --task N [--enable_driver]");
-  absl::ParseCommandLine(argc, argv);
+  rdv::ParseToolFlags(argc, argv,
+                      "rdv-worker --cluster worker=h:p,h:p --task N [--enable_driver]");
   // Standard output carries the ready line its parent waits for; UCX, loaded
   // later with the transport plugin, would print its warnings there.
   setenv("UCX_LOG_FILE", "stderr", /*overwrite=*/0);

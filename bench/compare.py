@@ -7,12 +7,15 @@ machine's moods: rdv:grpc and the raw gRPC reference (a bytes payload in a
 unary call on a channel with the same settings); for each UCX_TLS setting,
 rdv:grpc+ucx and ucx_perftest (put, get and tag bandwidth, tag latency);
 rdv:grpc+verbs when an RDMA device is present. Prints medians [min-max]
-and the ratios rdv / best peer, checks the bars, optionally writes
---json (one row per subject, transport setting and size) and --plot (PNG,
-gnuplot). Exits 1 when a bar is missed.
+and the ratios rdv / best peer with each target's verdict, optionally
+writes --json (one row per subject, transport setting and size) and --plot
+(PNG, gnuplot). Exits 0 when every measurement ran, whatever the verdicts
+(a machine may simply be slower than the targets assume); with --check, 1
+when a target is missed (for CI and scripts).
 
 Run it as `rdv-bench compare [options]`."""
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -24,11 +27,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ucx_perftest  # noqa: E402  (beside this file)
 
 PERFTEST_BW = ["ucp_put_bw", "ucp_get", "tag_bw"]
-# Issue 5's bars, at 64 MiB over shared memory.
-BAR_SIZE = 64 << 20
-BAR_SHM = "posix,cma,self"
-BAR_VS_PERFTEST = 0.9
-BAR_VS_GRPC = 5.0
+# The targets, at 64 MiB over shared memory: grpc+ucx within 0.9x of the best
+# ucx_perftest, and 5x protocol grpc.
+TARGET_SIZE = 64 << 20
+TARGET_SHM = "posix,cma,self"
+TARGET_VS_PERFTEST = 0.9
+TARGET_VS_GRPC = 5.0
 
 
 def parse_size(text):
@@ -170,12 +174,15 @@ def report(results, sizes, settings):
             best_bw = results.median(f"ucx_perftest:{best}", label, size)
             grpc = results.median("rdv:grpc", "", size)
             verdict = ""
-            if size == BAR_SIZE and tls == BAR_SHM:
-                ok = ucx / best_bw >= BAR_VS_PERFTEST and ucx / grpc >= BAR_VS_GRPC
-                verdict = (f"  bars >= {BAR_VS_PERFTEST}x perftest, >= {BAR_VS_GRPC}x grpc: "
-                           f"{'met' if ok else 'MISSED'}")
-                if not ok:
-                    missed.append(f"{label} {size}")
+            if size == TARGET_SIZE and tls == TARGET_SHM:
+                for name, ratio, target in (
+                        ("the best ucx_perftest", ucx / best_bw, TARGET_VS_PERFTEST),
+                        ("rdv:grpc", ucx / grpc, TARGET_VS_GRPC)):
+                    met = ratio >= target
+                    verdict += f"  >= {target}x {name}: {'met' if met else 'missed'}"
+                    if not met:
+                        missed.append(f">= {target}x {name} at 64 MiB over shared memory "
+                                      f"({ratio:.2f}x)")
             best_cell = f"{best} {cell(results, f'ucx_perftest:{best}', label, size)}"
             print(f"{size:>10}  {cell(results, 'rdv:grpc+ucx', label, size):>24}  "
                   f"{best_cell:>34}  {ucx / best_bw:6.2f}  {ucx / grpc:9.2f}{verdict}")
@@ -198,12 +205,18 @@ def plot(results, path):
                 if (s, e) == (subject, env):
                     out.write(f"{size} {results.median(s, e, size)}\n")
             out.write("\n\n")
-    plots = ", ".join(f"'{data}' index {i} using 1:2 with linespoints title '{s} {e}'"
-                      for i, (s, e) in enumerate(series))
+    # rdv's lines solid, the peers' dashed.
+    plots = ", ".join(
+        f"'{data}' index {i} using 1:2 with linespoints "
+        f"dashtype {1 if s.startswith('rdv:') else 2} title '{s} {e}'"
+        for i, (s, e) in enumerate(series))
+    title = (f"rdv-bench compare, two processes on loopback: {os.uname().nodename}, "
+             f"{os.cpu_count()} CPUs, {datetime.date.today().isoformat()}")
     script = (f"set terminal pngcairo noenhanced size 1200,700; set output '{path}'; "
-              f"set logscale xy; set key below; "
-              f"set xlabel 'bytes'; set ylabel 'GB/s (median)'; "
-              f"set title 'rdv-bench compare, two processes on loopback'; plot {plots}")
+              f"set logscale xy 2; set key below; set grid; "
+              f"set format x '%.0b%BB'; set xlabel 'message size (bytes, log scale)'; "
+              f"set ylabel 'bandwidth, GB/s (median of repetitions, log scale)'; "
+              f"set title '{title}'; plot {plots}")
     if subprocess.run(["gnuplot", "-e", script]).returncode != 0:
         raise SystemExit("--plot: gnuplot failed (scripts/setup installs gnuplot-nox)")
 
@@ -214,10 +227,12 @@ def main():
     parser.add_argument("--rdv-bench", required=True, help=argparse.SUPPRESS)
     parser.add_argument("--sizes", default="64K,1M,16M,64M", help="comma-separated sizes")
     parser.add_argument("--repetitions", type=int, default=5)
-    parser.add_argument("--ucx-tls", default=f"tcp;{BAR_SHM}",
+    parser.add_argument("--ucx-tls", default=f"tcp;{TARGET_SHM}",
                         help="';'-separated UCX_TLS settings to compare under")
     parser.add_argument("--json", help="write one row per subject, setting and size")
     parser.add_argument("--plot", help="draw bandwidth against size to this PNG")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a target is missed (default: report it, exit 0)")
     args = parser.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     settings = [s for s in args.ucx_tls.split(";") if s]
@@ -232,8 +247,8 @@ def main():
         plot(results, args.plot)
         print(f"plot: {args.plot}")
     if missed:
-        print(f"bars missed: {', '.join(missed)}")
-    sys.exit(1 if missed else 0)
+        print("targets missed on this machine: " + "; ".join(missed))
+    sys.exit(1 if missed and args.check else 0)
 
 
 if __name__ == "__main__":

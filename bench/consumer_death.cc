@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "apps/tool_flags.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -229,7 +229,9 @@ int RunSetting(const Setting& setting, int trials, int64_t bytes) {
 }  // namespace rdv::control
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  rdv::ParseToolFlags(argc, argv,
+                      "rdv_consumer_death [--trials N]: consumers killed while their producer "
+                      "holds data (docs/robustness.md)");
   std::cout << "| setting | trials | freed | still held | kill to freed p50 / p90 / max [ms] "
                "| producer fds | threads | Pss [MiB] |\n"
                "|---|---|---|---|---|---|---|---|\n";

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "apps/tool_flags.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -206,7 +206,9 @@ int RunSetting(const Setting& setting, int trials, int64_t bytes) {
 }  // namespace rdv::control
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  rdv::ParseToolFlags(argc, argv,
+                      "rdv_peer_death [--trials N]: producers killed mid-transfer "
+                      "(docs/robustness.md)");
   std::cout << "| setting | trials | UNAVAILABLE | done before the kill | other | kill to "
                "UNAVAILABLE p50 / p90 / max [ms] | fds | threads | Pss [MiB] |\n"
                "|---|---|---|---|---|---|---|---|---|\n";

@@ -20,6 +20,7 @@
 #include "control/worker_server.h"
 #include "core/notification.h"
 #include "core/rendezvous_key.h"
+#include "core/version.h"
 
 namespace py = pybind11;
 
@@ -342,6 +343,7 @@ PYBIND11_MODULE(_rdv, m) {
       "rdv.Error", "An rdv status that is not OK: .code (a number), .code_name, the message.",
       PyExc_RuntimeError, nullptr);
   m.attr("Error") = py::reinterpret_borrow<py::object>(rp::error_type);
+  m.attr("__version__") = std::string(rdv::Version());
 
   m.def("create_key",
         [](const std::string& src_device, uint64_t src_incarnation, const std::string& dst_device,
@@ -362,10 +364,13 @@ PYBIND11_MODULE(_rdv, m) {
     return parts;
   });
 
+  // cancel() returns once the Recv's callback has run: withdrawn (its
+  // callback saw CANCELLED) or too late (it saw the value).
   py::class_<rp::PendingRecv, std::shared_ptr<rp::PendingRecv>>(m, "PendingRecv")
       .def("cancel", [](rp::PendingRecv& pending) {
         py::gil_scoped_release nogil;
         pending.cancellation.StartCancel();
+        pending.done.WaitForNotification();
       });
 
   py::class_<Worker>(m, "Worker")

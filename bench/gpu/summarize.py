@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Reads what bench/gpu/check.sh wrote and prints the GPU bars of issue 8:
+"""Reads what bench/gpu/check.sh wrote and prints the GPU targets (rdv's copies
+>= 0.9x cudaMemcpy at 64 MiB, CUDA IPC >= 0.8x a device-to-device copy):
 the tests (passed, failed, skipped), rdv's copies against cudaMemcpy at
 64 MiB (medians of the repetitions, with their spread), and two processes
 GPU to GPU by CUDA IPC against a device-to-device cudaMemcpy. Exit status 1

@@ -20,7 +20,7 @@ import enum
 import weakref
 
 from . import _rdv
-from ._rdv import Error, create_key, parse_key
+from ._rdv import Error, __version__, create_key, parse_key
 
 __all__ = ["Code", "Error", "Worker", "create_key", "parse_key"]
 
@@ -48,6 +48,33 @@ class Code(enum.IntEnum):
 
 
 _open_workers = weakref.WeakSet()
+
+
+class _RecvFuture(concurrent.futures.Future):
+    """A recv's future. cancel() withdraws the Recv at the producer first
+    (one round trip at most): True when it was withdrawn, False when the
+    value had already left the producer; the future then holds it, so that
+    no value is lost."""
+
+    def __init__(self):
+        super().__init__()
+        self._pending = None
+        self._cancelling = False
+
+    def _finished(self, error, array):
+        if error is not None and self._cancelling and error.code == Code.CANCELLED:
+            super().cancel()
+        elif error is not None:
+            self.set_exception(error)
+        else:
+            self.set_result(array)
+
+    def cancel(self):
+        if self.done():
+            return self.cancelled()
+        self._cancelling = True
+        self._pending.cancel()  # returns after _finished ran
+        return self.cancelled()
 
 
 class Worker(_rdv.Worker):
@@ -82,21 +109,8 @@ class Worker(_rdv.Worker):
         return f"{self.name}/device:{kind}:{index}"
 
     def recv_async(self, step, key):
-        future = concurrent.futures.Future()
-
-        def finished(error, array):
-            if future.cancelled():
-                return
-            try:
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(array)
-            except concurrent.futures.InvalidStateError:
-                pass  # cancelled meanwhile
-
-        pending = self._recv_async(step, key, finished)
-        future.add_done_callback(lambda f: pending.cancel() if f.cancelled() else None)
+        future = _RecvFuture()
+        future._pending = self._recv_async(step, key, future._finished)
         return future
 
     async def arecv(self, step, key):
