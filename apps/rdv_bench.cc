@@ -31,6 +31,7 @@
 #include "apps/tool_flags.h"
 #include "control/protocol.h"
 #include "control/security.h"
+#include "control/stats_format.h"
 #include "control/tensor_pattern.h"
 #include "control/worker_cache.h"
 #include "control/worker_process.h"
@@ -58,6 +59,9 @@ ABSL_FLAG(std::string, memory, "host",
           "processes of one host they cross by CUDA IPC unless RDV_CUDA_IPC=0)");
 ABSL_FLAG(std::string, direction, "pull", "pull (the consumer reads); push is not built yet");
 ABSL_FLAG(bool, no_verify, false, "skip checking the received bytes");
+ABSL_FLAG(bool, stats, false,
+          "after the run, print the counters of both ends (as rdv-stat does): which path "
+          "carried the bytes, what was registered (docs/stats.md)");
 ABSL_FLAG(std::string, json, "", "write the results as JSON to this file");
 ABSL_FLAG(std::string, csv, "", "write the results as CSV to this file");
 ABSL_FLAG(std::string, plot, "", "draw bandwidth against size to this PNG (needs gnuplot)");
@@ -78,6 +82,8 @@ class Bench {
  public:
   absl::Status Connect();
   absl::StatusOr<Row> Measure(int64_t size);
+  // Both ends' GetStats counters, as tables (--stats).
+  absl::StatusOr<std::string> StatsOfBothEnds() const;
 
  private:
   absl::Status Produce(int64_t step, int64_t size, int count, uint32_t seed);
@@ -94,6 +100,7 @@ class Bench {
   std::unique_ptr<WorkerServer> consumer_;
   std::unique_ptr<DriverService::Stub> driver_;
   std::unique_ptr<WorkerService::Stub> worker_;
+  std::unique_ptr<WorkerService::Stub> consumer_stub_;  // this process' own worker (--stats)
   std::string peer_address_;
   uint64_t peer_incarnation_ = 0;
   int64_t next_step_ = 1;
@@ -125,6 +132,8 @@ absl::Status Bench::Connect() {
   auto channel = CreateMemberChannel(peer_address_, options.control.security, channel_args);
   driver_ = DriverService::NewStub(channel);
   worker_ = WorkerService::NewStub(channel);
+  consumer_stub_ = WorkerService::NewStub(
+      CreateMemberChannel(consumer_->address(), options.control.security, channel_args));
   // The keys name the peer's incarnation: ask it.
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options.control.peer_timeout));
@@ -143,6 +152,21 @@ absl::Status Bench::Connect() {
   key_ = CreateRendezvousKey(absl::StrCat(kProducerWorker, device), peer_incarnation_,
                              absl::StrCat(consumer_->worker_name(), device), "edge_1_bench");
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Bench::StatsOfBothEnds() const {
+  std::string tables;
+  for (WorkerService::Stub* stub : {worker_.get(), consumer_stub_.get()}) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    GetStatsResponse stats;
+    if (const grpc::Status status = stub->GetStats(&context, GetStatsRequest(), &stats);
+        !status.ok()) {
+      return absl::UnavailableError(absl::StrCat("GetStats: ", status.error_message()));
+    }
+    absl::StrAppend(&tables, StatsAsTable(stats));
+  }
+  return tables;
 }
 
 absl::Status Bench::Produce(int64_t step, int64_t size, int count, uint32_t seed) {
@@ -375,6 +399,10 @@ absl::Status Run() {
     if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r%30s\r", "");
     PrintRow(row);
     rows.push_back(row);
+  }
+  if (absl::GetFlag(FLAGS_stats)) {
+    RDV_ASSIGN_OR_RETURN(const std::string tables, bench.StatsOfBothEnds());
+    std::printf("\ncounters of both ends (docs/stats.md):\n%s", tables.c_str());
   }
   return bench::WriteResults(
       rows, {.subject = absl::GetFlag(FLAGS_subject) == "grpc-raw"

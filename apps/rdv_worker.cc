@@ -5,10 +5,14 @@
 // When it is ready it prints one line on stdout, which scripts and test
 // fixtures wait for:
 //   rdv-worker ready /job:worker/replica:0/task:0 127.0.0.1:40123 incarnation 1f2e...
+#include <cerrno>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -20,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "apps/tool_flags.h"
 #include "control/worker_server.h"
@@ -60,7 +65,64 @@ ABSL_FLAG(int, parent_pid, 0,
           "shut down once this process is no longer the parent (whoever spawns the worker "
           "sets it, so that a parent killed without cleaning up leaves no worker behind)");
 
+ABSL_FLAG(std::string, metrics_file, "",
+          "write this worker's counters (docs/stats.md) in Prometheus' text format to this "
+          "file every --metrics_interval_s, replacing it whole (node_exporter's textfile "
+          "collector reads *.prom files of a directory)");
+ABSL_FLAG(int, metrics_interval_s, 15, "seconds between two writes of --metrics_file");
+
 namespace {
+
+// Writes --metrics_file now, then every interval until destroyed, and once
+// more then. Each write replaces the file whole (a rename), so a reader
+// never sees half of one.
+class MetricsWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<MetricsWriter>> Start(
+      const rdv::control::WorkerServer& server, std::string path, absl::Duration interval) {
+    auto writer = std::unique_ptr<MetricsWriter>(new MetricsWriter(server, std::move(path)));
+    RDV_RETURN_IF_ERROR(writer->Write());
+    writer->thread_ = std::thread([raw = writer.get(), interval] {
+      while (!raw->stop_.WaitForNotificationWithTimeout(interval)) {
+        if (absl::Status written = raw->Write(); !written.ok()) {
+          std::cerr << "rdv-worker: " << written << "\n";
+        }
+      }
+    });
+    return writer;
+  }
+
+  ~MetricsWriter() {
+    stop_.Notify();
+    thread_.join();
+    Write().IgnoreError();
+  }
+
+ private:
+  MetricsWriter(const rdv::control::WorkerServer& server, std::string path)
+      : server_(server), path_(std::move(path)) {}
+
+  absl::Status Write() const {
+    const std::string partial = path_ + ".partial";
+    {
+      std::ofstream out(partial, std::ios::trunc);
+      out << server_.StatsAsPrometheus();
+      if (!out) {
+        return absl::InvalidArgumentError(absl::StrCat("--metrics_file: cannot write ", partial));
+      }
+    }
+    if (std::rename(partial.c_str(), path_.c_str()) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--metrics_file: cannot rename ", partial,
+                                                     " to ", path_, ": ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+
+  const rdv::control::WorkerServer& server_;
+  const std::string path_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
 
 // Checks once a second: a parent that dies makes init (or a subreaper)
 // the parent. SIGTERM then takes the ordinary way out, through sigwait.
@@ -172,7 +234,16 @@ absl::Status Run() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const absl::Duration shutdown_timeout = options.control.shutdown_timeout;
+  const absl::Duration metrics_interval = absl::Seconds(absl::GetFlag(FLAGS_metrics_interval_s));
+  if (metrics_interval < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--metrics_interval_s must be at least 1");
+  }
   RDV_ASSIGN_OR_RETURN(auto server, rdv::control::WorkerServer::Start(std::move(options)));
+  // Written once before the ready line, so that its readers find it.
+  std::unique_ptr<MetricsWriter> metrics;
+  if (const std::string path = absl::GetFlag(FLAGS_metrics_file); !path.empty()) {
+    RDV_ASSIGN_OR_RETURN(metrics, MetricsWriter::Start(*server, path, metrics_interval));
+  }
   std::cout << "rdv-worker ready " << server->worker_name() << " " << server->address()
             << " incarnation " << rdv::FormatIncarnation(server->incarnation())
             << std::endl;
@@ -180,6 +251,7 @@ absl::Status Run() {
   int signal = 0;
   sigwait(&signals, &signal);
   ExitIfStuckAfter(shutdown_timeout);
+  metrics.reset();  // a last write, while the data plane it reads still exists
   server->Shutdown();
   return absl::OkStatus();
 }

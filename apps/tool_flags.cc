@@ -8,7 +8,7 @@
 
 namespace rdv {
 
-void ParseToolFlags(int argc, char** argv, absl::string_view usage) {
+std::vector<char*> ParseToolFlags(int argc, char** argv, absl::string_view usage) {
   absl::FlagsUsageConfig config;
   // Abseil hands over file names without their leading '/'.
   config.contains_help_flags = [](absl::string_view file) {
@@ -18,7 +18,7 @@ void ParseToolFlags(int argc, char** argv, absl::string_view usage) {
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);
   absl::SetProgramUsageMessage(usage);
-  absl::ParseCommandLine(argc, argv);
+  return absl::ParseCommandLine(argc, argv);
 }
 
 }  // namespace rdv

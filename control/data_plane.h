@@ -40,6 +40,7 @@ class DataPlane {
   const DataPlaneOptions& options() const { return options_; }
   const plugin::Transport& transport() const { return *transport_; }
   const std::shared_ptr<plugin::TransportAllocator>& allocator() const { return allocator_; }
+  plugin::RegistrationCacheStats registration_stats() const { return registrations_.stats(); }
   const std::string& local_address() const { return local_address_; }
   // How this worker's payloads leave it, decided once from the transport's
   // preference: the consumer gets them (op get) or this worker sends them

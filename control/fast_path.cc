@@ -53,6 +53,17 @@ void FastPath::OnMessage(absl::string_view message) {
   return notice.ok() ? OnNotice(*notice) : Refuse(notice.status());
 }
 
+void FastPath::AppendStats(GetStatsResponse* response) const {
+  for (const auto& [name, value] :
+       {std::pair{"rdv_fast_path_messages_refused_total", refused()},
+        std::pair{"rdv_fast_path_recvs_started_total", recvs_started()},
+        std::pair{"rdv_fast_path_requests_served_total", requests_served()}}) {
+    StatsCounter* counter = response->add_counters();
+    counter->set_name(name);
+    counter->set_value(static_cast<double>(value));
+  }
+}
+
 void FastPath::Refuse(const absl::Status& why) {
   refused_.fetch_add(1);
   RDV_LOG(Warning) << "fast path: dropped a message: " << why;
@@ -92,6 +103,7 @@ void FastPath::Answer(const FastRequest& request, const FastKeyIds::Entry& entry
                   FastNotice{id, FastNoticeKind::kChanged, 0, ""});
   }
   RDV_LOG(Debug) << "fast path: request " << id << " answered by a tagged send";
+  env_.stats->Sent(SentPath::kFastPath, value.TotalBytes());
   const ConsumerWatcher consumer(*env_.worker_cache, env_.worker_name, key);
   absl::StatusOr<TransportDescriptor> offered = plane->Offer(
       request.step_id, static_cast<int64_t>(id), value, entry.consumer_address, consumer,

@@ -85,6 +85,8 @@ class FastPath {
   // Fast Recvs this worker started, and requests it answered.
   int64_t recvs_started() const { return recvs_started_.load(); }
   int64_t requests_served() const { return requests_served_.load(); }
+  // The three above as GetStats counters (rdv_fast_path_*).
+  void AppendStats(GetStatsResponse* response) const;
 
  private:
   // On the transport's progress thread.

@@ -10,6 +10,7 @@
 #include "control/peer_handshake.h"
 #include "control/protocol.h"
 #include "control/recv_tensor_call.h"
+#include "core/logging.h"
 
 namespace rdv::control {
 namespace {
@@ -23,6 +24,34 @@ int64_t NextRequestId() {
   }()};
   return next.fetch_add(1, std::memory_order_relaxed);
 }
+
+// What a Recv of another worker's value needs to be counted when it ends,
+// and logged at RDV_LOG_LEVEL=debug (the key is copied only then).
+class RecvRecord {
+ public:
+  RecvRecord(WorkerStats* stats, const ParsedKey& key) : stats_(stats) {
+    stats_->RecvStarted();
+    if (LogEnabled(LogLevel::kDebug)) key_ = std::string(key.FullKey());
+  }
+
+  void Ended(const absl::Status& status, const Tensor& tensor) const {
+    const absl::Duration elapsed = absl::Now() - start_;
+    stats_->RecvEnded(status, tensor.TotalBytes(), elapsed);
+    if (key_.empty()) return;
+    const int64_t us = absl::ToInt64Microseconds(elapsed);
+    if (status.ok()) {
+      RDV_LOG(Debug) << "received '" << key_ << "': " << tensor.TotalBytes() << " bytes in " << us
+                     << " us";
+    } else {
+      RDV_LOG(Debug) << "Recv of '" << key_ << "' failed after " << us << " us: " << status;
+    }
+  }
+
+ private:
+  WorkerStats* const stats_;
+  const absl::Time start_ = absl::Now();
+  std::string key_;
+};
 
 }  // namespace
 
@@ -74,8 +103,9 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
   auto detach = [self = shared_from_this(), cancel, token](AbortableCall* call) {
     self->Unhook(call, cancel, token);
   };
-  auto finish = [done = std::move(done), args](absl::Status status, Tensor tensor,
-                                               bool is_dead) mutable {
+  auto finish = [done = std::move(done), args, record = RecvRecord(env_->stats, key)](
+                    absl::Status status, Tensor tensor, bool is_dead) mutable {
+    record.Ended(status, tensor);
     std::move(done)(status, RendezvousArgs{}, args, tensor, is_dead);
   };
   const MemoryLocation destination = RecvDestination(key, args);
@@ -143,7 +173,9 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
   CancellationManager* const cancel = args.cancellation_manager;
   const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
   Hook(&call, key.FullKey(), cancel, token);
+  const RecvRecord record(env_->stats, key);
   const absl::Status status = call.Run(value, is_dead);
+  record.Ended(status, status.ok() ? *value : Tensor());
   Unhook(&call, cancel, token);
   if (absl::IsDeadlineExceeded(status)) {
     return absl::DeadlineExceededError(absl::StrCat(

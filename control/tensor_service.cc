@@ -242,6 +242,8 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
   }
 
   void Take(TensorRoute route, const Tensor& value, bool is_dead) {
+    // A lent tensor counts once lent: lending may fail over to another route.
+    if (route != TensorRoute::kLendByCudaIpc) CountSent(PathOf(route, value, is_dead), value);
     switch (route) {
       case TensorRoute::kStream: return StreamHostTensor(value, is_dead);
       case TensorRoute::kStreamFromDevice: return StreamFromDevice(value);
@@ -249,6 +251,35 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
       case TensorRoute::kStageThenOffer: return StageThenOffer(value);
       case TensorRoute::kLendByCudaIpc: return Lend(value);
     }
+  }
+
+  SentPath PathOf(TensorRoute route, const Tensor& value, bool is_dead) const {
+    switch (route) {
+      case TensorRoute::kStream:
+        return is_dead || value.TotalBytes() <= chunk_bytes_ ? SentPath::kInline
+                                                             : SentPath::kStream;
+      case TensorRoute::kOffer:
+        if (!value.location().is_host()) return SentPath::kGpuDirect;
+        return service_->env_.data_plane->transfer_op() == TRANSFER_OP_TAG
+                   ? SentPath::kTransportTag
+                   : SentPath::kTransportGet;
+      case TensorRoute::kStreamFromDevice:
+      case TensorRoute::kStageThenOffer:
+        return SentPath::kStaged;
+      case TensorRoute::kLendByCudaIpc:
+        return SentPath::kCudaIpc;
+    }
+    return SentPath::kStream;
+  }
+
+  // Counted, and at RDV_LOG_LEVEL=debug one line per value sent.
+  void CountSent(SentPath path, const Tensor& value) {
+    const uint64_t bytes = value.TotalBytes();
+    service_->env_.stats->Sent(path, bytes);
+    RDV_LOG(Debug) << "sent '" << key_.FullKey() << "' to " << key_.dst().WorkerName() << ": "
+                   << bytes << " bytes by " << SentPathName(path) << ", "
+                   << absl::ToInt64Microseconds(absl::Now() - arrived_)
+                   << " us after its request arrived";
   }
 
   // Lends a GPU tensor by CUDA IPC; when that fails, the tensor takes the
@@ -265,6 +296,7 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
       Take(Route(value, false, /*may_lend=*/false), value, false);
       return;
     }
+    CountSent(SentPath::kCudaIpc, value);
     meta_ = MakeTensorMeta(value, false, 0, absl::GetCurrentTimeNanos() / 1000);
     *meta_.mutable_cuda_ipc() = *std::move(lent);
     chunk_ = EncodeChunk(&meta_, payload_, 0, 0);
@@ -353,6 +385,7 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
   grpc::CallbackServerContext* const context_;
   CancellationManager cancel_;
   ParsedKey key_;
+  const absl::Time arrived_ = absl::Now();
   std::optional<Taken> taken_;
   RecvTensorRequest request_;
   ConsumerWatcher consumer_;  // what is held for the consumer goes if it is lost

@@ -8,6 +8,7 @@
 #include "control/data_plane.h"
 #include "control/options.h"
 #include "control/worker_cache.h"
+#include "control/worker_stats.h"
 #include "core/device_name.h"
 
 namespace rdv::control {
@@ -26,6 +27,8 @@ struct WorkerEnv {
   // Recvs of known keys without RecvTensor (control/fast_path.h); null
   // unless RDV_FAST_PATH and a data plane that carries messages.
   FastPath* fast_path = nullptr;
+  // What this worker moved (control/worker_stats.h); never null.
+  WorkerStats* stats = nullptr;
   // What this worker says of itself in a Handshake, as caller and as
   // answer: name, incarnation, protocol version, its data plane.
   HandshakeRequest handshake;

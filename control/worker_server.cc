@@ -16,6 +16,7 @@
 #include "control/protocol.h"
 #include "control/rpc_remote_rendezvous.h"
 #include "control/security.h"
+#include "control/stats_format.h"
 #include "control/step_control.h"
 #include "control/tensor_service.h"
 #include "control/worker_env.h"
@@ -34,7 +35,16 @@ using WorkerServiceBase = WorkerService::WithCallbackMethod_Handshake<
                         WorkerService::WithCallbackMethod_RegisterGraph<
                             WorkerService::WithCallbackMethod_RunGraph<
                                 WorkerService::WithCallbackMethod_CleanupGraph<
-                                    WorkerService::Service>>>>>>>>>;
+                                    WorkerService::WithCallbackMethod_GetStats<
+                                        WorkerService::Service>>>>>>>>>>;
+
+void FillStats(const WorkerEnv& env, GetStatsResponse* response) {
+  response->set_worker_name(env.worker_name);
+  response->set_incarnation(env.incarnation);
+  response->set_protocol(env.protocol);
+  env.stats->AppendTo(env.data_plane, response);
+  if (env.fast_path != nullptr) env.fast_path->AppendStats(response);
+}
 
 uint64_t NewIncarnation() {
   std::random_device random;
@@ -89,6 +99,12 @@ class WorkerServiceImpl final : public WorkerServiceBase {
                                         CleanupStepResponse*) override {
     if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
     steps_.CleanupStep(request->step_id());
+    return Reply(context, absl::OkStatus());
+  }
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const GetStatsRequest*, GetStatsResponse* response) override {
+    if (absl::Status denied = Admit(context); !denied.ok()) return Reply(context, denied);
+    FillStats(env_, response);
     return Reply(context, absl::OkStatus());
   }
   grpc::ServerUnaryReactor* AbortStep(grpc::CallbackServerContext* context,
@@ -155,6 +171,7 @@ class WorkerServer::Impl {
     env_.handshake.set_worker_name(env_.worker_name);
     env_.handshake.set_incarnation(env_.incarnation);
     env_.handshake.set_protocol_version(kProtocolVersion);
+    env_.stats = &stats_;
     steps_.AddCleaner([this](int64_t step_id) { tensors_.DropStep(step_id); });
   }
 
@@ -172,6 +189,7 @@ class WorkerServer::Impl {
   }
 
   WorkerServerOptions options_;
+  WorkerStats stats_;
   WorkerEnv env_;
   std::unique_ptr<DataPlane> data_plane_;
   WorkerCache worker_cache_;
@@ -263,5 +281,11 @@ WorkerCache& WorkerServer::worker_cache() { return impl_->worker_cache_; }
 void WorkerServer::Shutdown() { impl_->Shutdown(); }
 DataPlane* WorkerServer::data_plane() { return impl_->data_plane_.get(); }
 FastPath* WorkerServer::fast_path() { return impl_->fast_path_.get(); }
+
+std::string WorkerServer::StatsAsPrometheus() const {
+  GetStatsResponse stats;
+  FillStats(impl_->env_, &stats);
+  return control::StatsAsPrometheus(stats);
+}
 
 }  // namespace rdv::control

@@ -69,6 +69,10 @@ class WorkerServer {
   // and the transport carries messages (control/fast_path.h).
   FastPath* fast_path();
 
+  // What this worker moved since it started, in Prometheus' text format
+  // (docs/stats.md); the same counters as the GetStats RPC.
+  std::string StatsAsPrometheus() const;
+
   // Stops serving: calls in flight are cancelled; steps are cleaned up.
   void Shutdown();
 

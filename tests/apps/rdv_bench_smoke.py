@@ -55,6 +55,14 @@ with tempfile.TemporaryDirectory() as scratch:
             check(row["bw_GBps_avg"] > 0 and row["lat_us_p99"] >= row["lat_us_p50"] > 0,
                   f"{name}: figures {row}")
 
+# --stats: both ends' counters after the table, the path the bytes took.
+result = run(["--local", "--protocol", "grpc+ucx", "--sizes", "64K", "--iters", "5", "--stats"],
+             {"UCX_TLS": "tcp"})
+check(result.returncode == 0 and "counters of both ends" in result.stdout
+      and 'rdv_sent_transfers_total{path="transport_tag"}' in result.stdout
+      and "rdv_received_bytes_total" in result.stdout,
+      f"--stats: exit {result.returncode}: {result.stdout[-800:]}")
+
 # compare: one small run, its rows read back.
 compare_fields = {"subject", "transport_env", "size_bytes", "repetitions", "bw_GBps_median",
                   "bw_GBps_min", "bw_GBps_max", "lat_us_p50", "lat_us_p99"}

@@ -442,6 +442,29 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     return holdings.transfers() + holdings.sends() + holdings.values() + holdings.cuda_ipc_lent();
   }
 
+  // A worker's GetStats counter `name` with `label` = `value` (or without
+  // labels when `label` is empty); 0 when absent.
+  static double CounterOf(const GetStatsResponse& stats, absl::string_view name,
+                          absl::string_view label = "", absl::string_view value = "") {
+    double sum = 0;
+    for (const StatsCounter& counter : stats.counters()) {
+      if (counter.name() != name) continue;
+      auto it = counter.labels().find(std::string(label));
+      if (label.empty() || (it != counter.labels().end() && it->second == value)) {
+        sum += counter.value();
+      }
+    }
+    return sum;
+  }
+  GetStatsResponse StatsOf(const std::string& address) {
+    auto stub = WorkerService::NewStub(CreateMemberChannel(address, security_, {}));
+    GetStatsResponse stats;
+    WorkerCall([&](grpc::ClientContext* context) {
+      return stub->GetStats(context, GetStatsRequest(), &stats);
+    });
+    return stats;
+  }
+
   void WorkerCall(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + kWaitLimit));

@@ -176,6 +176,46 @@ TEST_P(RemoteConformanceTest, TimedOutRecvIsWithdrawnAtTheProducer) {
   EXPECT_TRUE(VerifyPattern(value, 4).ok());
 }
 
+// Each end counts what moved (docs/stats.md): the producer the value and
+// the path it took, the consumer the Recv, its bytes and latency, and a
+// failed Recv by its code.
+TEST_P(RemoteConformanceTest, StatsCountWhatMovedAndHow) {
+  constexpr int64_t kBytes = 64 << 10;
+  const GetStatsResponse producer_before = StatsOf(producer_->address());
+  const GetStatsResponse consumer_before = StatsOf(consumer_->address());
+  const ParsedKey key = Key("counted");
+  ASSERT_TRUE(Produce(28, {Item(key, DType::kUInt8, {kBytes}, 7)}).ok());
+  Tensor value;
+  bool is_dead;
+  ASSERT_TRUE(Recv(28, key, &value, &is_dead).ok());
+  EXPECT_EQ(Recv(28, Key("never"), &value, &is_dead, absl::Milliseconds(50)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  const GetStatsResponse producer = StatsOf(producer_->address());
+  const GetStatsResponse consumer = StatsOf(consumer_->address());
+  auto grew = [](const GetStatsResponse& before, const GetStatsResponse& after,
+                 absl::string_view name, absl::string_view label = "",
+                 absl::string_view label_value = "") {
+    return CounterOf(after, name, label, label_value) - CounterOf(before, name, label, label_value);
+  };
+  EXPECT_EQ(producer.worker_name(), "/job:worker/replica:0/task:0");
+  EXPECT_EQ(grew(producer_before, producer, "rdv_sent_transfers_total"), 1);
+  EXPECT_EQ(grew(producer_before, producer, "rdv_sent_bytes_total"), kBytes);
+  // Protocol grpc answers with the value; the others move it through the
+  // data plane, however their transport does it.
+  const bool through_stream = GetParam().protocol == "grpc";
+  EXPECT_EQ(grew(producer_before, producer, "rdv_sent_transfers_total", "path", "inline"),
+            through_stream ? 1 : 0);
+  EXPECT_EQ(grew(consumer_before, consumer, "rdv_received_transfers_total"), 1);
+  EXPECT_EQ(grew(consumer_before, consumer, "rdv_received_bytes_total"), kBytes);
+  EXPECT_EQ(grew(consumer_before, consumer, "rdv_recv_latency_seconds_count", "size_class",
+                 "le_64KiB"),
+            1);
+  EXPECT_EQ(grew(consumer_before, consumer, "rdv_recv_errors_total", "code",
+                 "DEADLINE_EXCEEDED"),
+            1);
+  EXPECT_EQ(CounterOf(consumer, "rdv_recvs_in_flight"), 0);
+}
+
 // A cancelled Recv leaves its channel at the producer too: the value sent
 // after it reaches the next Recv, every time: cancelled at once, or once
 // its request waits at the producer (the pause only makes that order
