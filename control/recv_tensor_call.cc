@@ -91,6 +91,10 @@ void RecvTensorCall::Abort(const absl::Status& status) {
 }
 
 void RecvTensorCall::Cancel(const absl::Status& status) {
+  {
+    std::lock_guard lock(liveness_->mu);
+    if (liveness_->cancelled.ok()) liveness_->cancelled = status;
+  }
   struct Withdrawal {
     grpc::ClientContext context;
     WithdrawRecvTensorRequest request;
@@ -129,6 +133,7 @@ void RecvTensorCall::Complete(absl::Status status, Tensor tensor, bool is_dead) 
   {
     std::lock_guard lock(liveness_->mu);
     liveness_->call = nullptr;
+    if (!status.ok() && !liveness_->cancelled.ok()) status = liveness_->cancelled;
   }
   std::move(detach_)(this);
   std::move(done_)(std::move(status), std::move(tensor), is_dead);

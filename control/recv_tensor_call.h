@@ -58,11 +58,15 @@ class RecvTensorCall final : public AbortableCall,
  private:
   void Complete(absl::Status status, Tensor tensor, bool is_dead);
 
-  // Whether the call still exists, for a withdrawal answered after it ended.
+  // Whether the call still exists, for a withdrawal answered after it
+  // ended, and whether it was cancelled: a call that then fails for any
+  // reason (the producer refusing a request it was told to withdraw)
+  // fails with the cancellation's status.
   struct Liveness {
     explicit Liveness(RecvTensorCall* live) : call(live) {}
     std::mutex mu;
-    RecvTensorCall* call;  // guarded by mu; null once the call completed
+    RecvTensorCall* call;      // guarded by mu; null once the call completed
+    absl::Status cancelled;    // guarded by mu
   };
 
   // First: the count ends after everything below (worker_, context_, the

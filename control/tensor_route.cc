@@ -25,4 +25,22 @@ TensorRoute ChooseRoute(const RecvTensorRequest& request, const Tensor& value, b
   return plane->MovesCudaMemory() ? TensorRoute::kOffer : TensorRoute::kStageThenOffer;
 }
 
+SentPath SentPathOf(TensorRoute route, const Tensor& value, bool is_dead, size_t chunk_bytes,
+                    const DataPlane* plane) {
+  switch (route) {
+    case TensorRoute::kStream:
+      return is_dead || value.TotalBytes() <= chunk_bytes ? SentPath::kInline : SentPath::kStream;
+    case TensorRoute::kOffer:
+      if (!value.location().is_host()) return SentPath::kGpuDirect;
+      return plane->transfer_op() == TRANSFER_OP_TAG ? SentPath::kTransportTag
+                                                     : SentPath::kTransportGet;
+    case TensorRoute::kStreamFromDevice:
+    case TensorRoute::kStageThenOffer:
+      return SentPath::kStaged;
+    case TensorRoute::kLendByCudaIpc:
+      return SentPath::kCudaIpc;
+  }
+  return SentPath::kStream;
+}
+
 }  // namespace rdv::control

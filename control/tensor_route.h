@@ -6,6 +6,7 @@
 
 #include "control/data_plane.h"
 #include "control/worker.pb.h"
+#include "control/worker_stats.h"
 #include "core/tensor.h"
 
 namespace rdv::control {
@@ -30,5 +31,11 @@ enum class TensorRoute {
 // CUDA IPC was tried and failed, so that the tensor takes the next route.
 TensorRoute ChooseRoute(const RecvTensorRequest& request, const Tensor& value, bool is_dead,
                         const DataPlane* plane, bool may_lend);
+
+// The path the stats count a value under once `route` carries it: a stream
+// of one `chunk_bytes` message is inline; an offer is a get or a tagged
+// send, as `plane` moves host memory, or GPUDirect.
+SentPath SentPathOf(TensorRoute route, const Tensor& value, bool is_dead, size_t chunk_bytes,
+                    const DataPlane* plane);
 
 }  // namespace rdv::control

@@ -243,7 +243,9 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
 
   void Take(TensorRoute route, const Tensor& value, bool is_dead) {
     // A lent tensor counts once lent: lending may fail over to another route.
-    if (route != TensorRoute::kLendByCudaIpc) CountSent(PathOf(route, value, is_dead), value);
+    if (route != TensorRoute::kLendByCudaIpc) {
+      CountSent(SentPathOf(route, value, is_dead, chunk_bytes_, service_->env_.data_plane), value);
+    }
     switch (route) {
       case TensorRoute::kStream: return StreamHostTensor(value, is_dead);
       case TensorRoute::kStreamFromDevice: return StreamFromDevice(value);
@@ -251,25 +253,6 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
       case TensorRoute::kStageThenOffer: return StageThenOffer(value);
       case TensorRoute::kLendByCudaIpc: return Lend(value);
     }
-  }
-
-  SentPath PathOf(TensorRoute route, const Tensor& value, bool is_dead) const {
-    switch (route) {
-      case TensorRoute::kStream:
-        return is_dead || value.TotalBytes() <= chunk_bytes_ ? SentPath::kInline
-                                                             : SentPath::kStream;
-      case TensorRoute::kOffer:
-        if (!value.location().is_host()) return SentPath::kGpuDirect;
-        return service_->env_.data_plane->transfer_op() == TRANSFER_OP_TAG
-                   ? SentPath::kTransportTag
-                   : SentPath::kTransportGet;
-      case TensorRoute::kStreamFromDevice:
-      case TensorRoute::kStageThenOffer:
-        return SentPath::kStaged;
-      case TensorRoute::kLendByCudaIpc:
-        return SentPath::kCudaIpc;
-    }
-    return SentPath::kStream;
   }
 
   // Counted, and at RDV_LOG_LEVEL=debug one line per value sent.

@@ -34,11 +34,15 @@ constexpr absl::Duration kSignalCheckInterval = absl::Milliseconds(50);
 PyObject* error_type = nullptr;  // rdv.Error, made at import
 
 // rdv.Error(message) with .code (absl's status code number) and .code_name.
-[[noreturn]] void Raise(const absl::Status& status) {
+py::object ErrorOf(const absl::Status& status) {
   py::object error = py::reinterpret_borrow<py::object>(error_type)(std::string(status.message()));
   error.attr("code") = static_cast<int>(status.code());
   error.attr("code_name") = absl::StatusCodeToString(status.code());
-  PyErr_SetObject(error_type, error.ptr());
+  return error;
+}
+
+[[noreturn]] void Raise(const absl::Status& status) {
+  PyErr_SetObject(error_type, ErrorOf(status).ptr());
   throw py::error_already_set();
 }
 
@@ -268,13 +272,6 @@ class Worker {
     control::WorkerServer& worker = server();
     py::gil_scoped_release nogil;
     worker.rendezvous_mgr().Cleanup(step);
-  }
-
-  static py::object ErrorOf(const absl::Status& status) {
-    py::object error = py::reinterpret_borrow<py::object>(error_type)(std::string(status.message()));
-    error.attr("code") = static_cast<int>(status.code());
-    error.attr("code_name") = absl::StatusCodeToString(status.code());
-    return error;
   }
 
  private:
