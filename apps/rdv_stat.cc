@@ -57,9 +57,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdv-stat: %s\n", stats.status().ToString().c_str());
     return 1;
   }
-  const std::string text = absl::GetFlag(FLAGS_json)         ? rdv::control::StatsAsJson(*stats)
-                           : absl::GetFlag(FLAGS_prometheus) ? rdv::control::StatsAsPrometheus(*stats)
-                                                             : rdv::control::StatsAsTable(*stats);
+  using rdv::control::StatsAsJson, rdv::control::StatsAsPrometheus, rdv::control::StatsAsTable;
+  const std::string text = absl::GetFlag(FLAGS_json)         ? StatsAsJson(*stats)
+                           : absl::GetFlag(FLAGS_prometheus) ? StatsAsPrometheus(*stats)
+                                                             : StatsAsTable(*stats);
   std::fputs(text.c_str(), stdout);
   return 0;
 }

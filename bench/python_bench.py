@@ -112,7 +112,8 @@ def main():
                                      ("python", lambda: python_p50_s(protocol, sizes, args.iters))):
                 for size, seconds in measure().items():
                     gbps.setdefault((protocol, subject, size), []).append(size / seconds / 1e9)
-    print(f"{'protocol':10} {'size':>9}  {'rdv-bench GB/s':>24}  {'python GB/s':>24}  python/rdv-bench")
+    print(f"{'protocol':10} {'size':>9}  {'rdv-bench GB/s':>24}  {'python GB/s':>24}  "
+          "python/rdv-bench")
     for protocol in protocols:
         for size in sizes:
             cpp = gbps[(protocol, "rdv-bench", size)]

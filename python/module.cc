@@ -139,8 +139,8 @@ py::object ArrayOfTensor(const Tensor& value, bool is_dead) {
   if (is_dead) return py::none();
   if (!value.location().is_host()) {
     Raise(absl::UnimplementedError(absl::StrCat(
-        "received ", value.DebugString(), " in GPU memory: the Python module takes host "
-        "tensors (it asks rdv for host memory; this one came as sent)")));
+        "received ", value.DebugString(), " in GPU memory, which numpy cannot hold (the "
+        "module asks rdv for host memory; GPU arrays through DLPack are not built yet)")));
   }
   const py::dtype dtype = ValueOrRaise(ArrayDTypeOf(value.dtype()));
   std::vector<py::ssize_t> shape(value.shape().dims().begin(), value.shape().dims().end());
@@ -246,14 +246,22 @@ class Worker {
     auto shared_callback = std::make_shared<py::function>(std::move(callback));
     return StartRecv(step, key, [shared_callback](PendingRecv& pending) {
       py::gil_scoped_acquire gil;
-      try {
-        if (pending.status.ok()) {
-          (*shared_callback)(py::none(), ArrayOfTensor(pending.value, pending.is_dead));
-        } else {
-          (*shared_callback)(ErrorOf(pending.status), py::none());
+      // A value numpy cannot hold fails the future as an error, too.
+      py::object error = py::none();
+      py::object array = py::none();
+      if (!pending.status.ok()) {
+        error = ErrorOf(pending.status);
+      } else {
+        try {
+          array = ArrayOfTensor(pending.value, pending.is_dead);
+        } catch (py::error_already_set& unusable) {
+          error = unusable.value();
         }
-      } catch (py::error_already_set& error) {
-        error.discard_as_unraisable("rdv recv_async callback");
+      }
+      try {
+        (*shared_callback)(error, array);
+      } catch (py::error_already_set& raised) {
+        raised.discard_as_unraisable("rdv recv_async callback");
       }
       // Let go of the callback while holding the GIL, and of the value:
       // the array has its own reference.
@@ -378,7 +386,8 @@ PYBIND11_MODULE(_rdv, m) {
            py::arg("from_environment") = true)
       .def_property_readonly("name", [](const Worker& w) { return w.server().worker_name(); })
       .def_property_readonly("address", [](const Worker& w) { return w.server().address(); })
-      .def_property_readonly("incarnation", [](const Worker& w) { return w.server().incarnation(); })
+      .def_property_readonly("incarnation",
+                             [](const Worker& w) { return w.server().incarnation(); })
       .def("send", &Worker::Send, py::arg("step"), py::arg("key"), py::arg("array"),
            py::arg("is_dead") = false)
       .def("recv", &Worker::Recv, py::arg("step"), py::arg("key"), py::arg("timeout") = py::none())

@@ -62,7 +62,8 @@ class _RecvFuture(concurrent.futures.Future):
         self._cancelling = False
 
     def _finished(self, error, array):
-        if error is not None and self._cancelling and error.code == Code.CANCELLED:
+        withdrawn = getattr(error, "code", None) == Code.CANCELLED
+        if error is not None and self._cancelling and withdrawn:
             super().cancel()
         elif error is not None:
             self.set_exception(error)
