@@ -54,7 +54,7 @@ rdv_resolve_feature(RDV_WITH_VERBS IBVERBS_FOUND VERBS)
 # The Python module is built for Debian's Python 3, which Debian's numpy,
 # pytest and torch are built for: /usr/bin/python3 unless Python_EXECUTABLE
 # says otherwise (the first python3 on PATH may be another interpreter).
-rdv_tristate_option(RDV_WITH_PYTHON "Build the Python module (pybind11, numpy)")
+rdv_tristate_option(RDV_WITH_PYTHON "Build the Python module (pybind11, numpy, dlpack)")
 set(RDV_PYTHON_FOUND OFF)
 if(NOT RDV_WITH_PYTHON STREQUAL "OFF")
   if(NOT Python_EXECUTABLE AND EXISTS /usr/bin/python3)
@@ -62,7 +62,8 @@ if(NOT RDV_WITH_PYTHON STREQUAL "OFF")
   endif()
   set(PYBIND11_FINDPYTHON ON)
   find_package(Python QUIET COMPONENTS Interpreter Development.Module)
-  if(Python_FOUND)
+  find_path(RDV_DLPACK_INCLUDE_DIR dlpack/dlpack.h)
+  if(Python_FOUND AND RDV_DLPACK_INCLUDE_DIR)
     find_package(pybind11 CONFIG QUIET)
     set(RDV_PYTHON_FOUND ${pybind11_FOUND})
   endif()

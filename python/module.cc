@@ -21,6 +21,7 @@
 #include "core/notification.h"
 #include "core/rendezvous_key.h"
 #include "core/version.h"
+#include "python/dlpack.h"
 
 namespace py = pybind11;
 
@@ -139,8 +140,8 @@ py::object ArrayOfTensor(const Tensor& value, bool is_dead) {
   if (is_dead) return py::none();
   if (!value.location().is_host()) {
     Raise(absl::UnimplementedError(absl::StrCat(
-        "received ", value.DebugString(), " in GPU memory, which numpy cannot hold (the "
-        "module asks rdv for host memory; GPU arrays through DLPack are not built yet)")));
+        "received ", value.DebugString(), " in GPU memory, which numpy cannot hold: "
+        "recv(..., dlpack=True) hands it to torch/cupy.from_dlpack")));
   }
   const py::dtype dtype = ValueOrRaise(ArrayDTypeOf(value.dtype()));
   std::vector<py::ssize_t> shape(value.shape().dims().begin(), value.shape().dims().end());
@@ -151,6 +152,16 @@ py::object ArrayOfTensor(const Tensor& value, bool is_dead) {
 
 ParsedKey KeyOrRaise(const std::string& key) { return ValueOrRaise(ParsedKey::Parse(key)); }
 
+// A numpy array (its own path: numpy's DLPack has no bool), or anything
+// with __dlpack__ (torch, cupy, jax: GPU memory too).
+absl::StatusOr<Tensor> TensorOf(const py::object& value) {
+  if (py::isinstance<py::array>(value)) return TensorOfArray(value.cast<py::array>());
+  if (py::hasattr(value, "__dlpack__")) return TensorOfDLPack(value);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "send takes a numpy array or a tensor with __dlpack__ (torch, cupy), not a ",
+      py::str(py::type::of(value).attr("__name__")).cast<std::string>()));
+}
+
 // A Recv in flight from Python: its cancellation, and the wake-up of a
 // blocking wait.
 struct PendingRecv {
@@ -160,6 +171,13 @@ struct PendingRecv {
   Tensor value;
   bool is_dead = false;
 };
+
+// The value as the caller asked for it: a numpy array, or an
+// rdv.DLPackTensor; None for a dead tensor.
+py::object Received(const PendingRecv& pending, bool dlpack) {
+  if (dlpack && !pending.is_dead) return DLPackOf(pending.value);
+  return ArrayOfTensor(pending.value, pending.is_dead);
+}
 
 class Worker {
  public:
@@ -196,9 +214,9 @@ class Worker {
     return *server_;
   }
 
-  void Send(int64_t step, const std::string& key, const py::array& array, bool is_dead) {
+  void Send(int64_t step, const std::string& key, const py::object& value, bool is_dead) {
     const ParsedKey parsed = KeyOrRaise(key);
-    Tensor tensor = ValueOrRaise(TensorOfArray(array));
+    Tensor tensor = ValueOrRaise(TensorOf(value));
     auto rendezvous = server().rendezvous_mgr().Find(step);
     absl::Status status;
     {
@@ -208,8 +226,9 @@ class Worker {
     RaiseIfError(status);
   }
 
-  py::object Recv(int64_t step, const std::string& key, std::optional<double> timeout_seconds) {
-    auto pending = StartRecv(step, key, nullptr);
+  py::object Recv(int64_t step, const std::string& key, std::optional<double> timeout_seconds,
+                  bool dlpack) {
+    auto pending = StartRecv(step, key, dlpack, nullptr);
     const absl::Time deadline = timeout_seconds ? absl::Now() + absl::Seconds(*timeout_seconds)
                                                 : absl::InfiniteFuture();
     bool timed_out = false;
@@ -236,15 +255,15 @@ class Worker {
           "nothing arrived for ", key, " on step ", step, " within ", *timeout_seconds, " s")));
     }
     RaiseIfError(pending->status);
-    return ArrayOfTensor(pending->value, pending->is_dead);
+    return Received(*pending, dlpack);
   }
 
   // `callback(error, array)` runs once, with the GIL, on an rdv thread (or
   // this one when the value is already here). The returned handle cancels.
-  std::shared_ptr<PendingRecv> RecvAsync(int64_t step, const std::string& key,
+  std::shared_ptr<PendingRecv> RecvAsync(int64_t step, const std::string& key, bool dlpack,
                                          py::function callback) {
     auto shared_callback = std::make_shared<py::function>(std::move(callback));
-    return StartRecv(step, key, [shared_callback](PendingRecv& pending) {
+    return StartRecv(step, key, dlpack, [shared_callback, dlpack](PendingRecv& pending) {
       py::gil_scoped_acquire gil;
       // A value numpy cannot hold fails the future as an error, too.
       py::object error = py::none();
@@ -253,7 +272,7 @@ class Worker {
         error = ErrorOf(pending.status);
       } else {
         try {
-          array = ArrayOfTensor(pending.value, pending.is_dead);
+          array = Received(pending, dlpack);
         } catch (py::error_already_set& unusable) {
           error = unusable.value();
         }
@@ -306,12 +325,15 @@ class Worker {
 
   using Finish = std::function<void(PendingRecv&)>;
 
-  std::shared_ptr<PendingRecv> StartRecv(int64_t step, const std::string& key, Finish finish) {
+  // A DLPack Recv lands where the key's destination device says (GPU
+  // memory for a GPU); a numpy Recv in host memory.
+  std::shared_ptr<PendingRecv> StartRecv(int64_t step, const std::string& key, bool dlpack,
+                                         Finish finish) {
     const ParsedKey parsed = KeyOrRaise(key);
     auto rendezvous = server().rendezvous_mgr().Find(step);
     auto pending = std::make_shared<PendingRecv>();
     RendezvousArgs args;
-    args.alloc_attrs.on_host = true;
+    args.alloc_attrs.on_host = !dlpack;
     args.cancellation_manager = &pending->cancellation;
     py::gil_scoped_release nogil;
     rendezvous->RecvAsync(
@@ -349,6 +371,7 @@ PYBIND11_MODULE(_rdv, m) {
       PyExc_RuntimeError, nullptr);
   m.attr("Error") = py::reinterpret_borrow<py::object>(rp::error_type);
   m.attr("__version__") = std::string(rdv::Version());
+  rp::BindDLPack(m);
 
   m.def("create_key",
         [](const std::string& src_device, uint64_t src_incarnation, const std::string& dst_device,
@@ -388,9 +411,10 @@ PYBIND11_MODULE(_rdv, m) {
       .def_property_readonly("address", [](const Worker& w) { return w.server().address(); })
       .def_property_readonly("incarnation",
                              [](const Worker& w) { return w.server().incarnation(); })
-      .def("send", &Worker::Send, py::arg("step"), py::arg("key"), py::arg("array"),
+      .def("send", &Worker::Send, py::arg("step"), py::arg("key"), py::arg("value"),
            py::arg("is_dead") = false)
-      .def("recv", &Worker::Recv, py::arg("step"), py::arg("key"), py::arg("timeout") = py::none())
+      .def("recv", &Worker::Recv, py::arg("step"), py::arg("key"), py::arg("timeout") = py::none(),
+           py::arg("dlpack") = false)
       .def("_recv_async", &Worker::RecvAsync)
       .def("abort", &Worker::Abort, py::arg("step"), py::arg("message") = "aborted from Python")
       .def("cleanup_step", &Worker::CleanupStep, py::arg("step"))

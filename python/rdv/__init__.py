@@ -20,9 +20,9 @@ import enum
 import weakref
 
 from . import _rdv
-from ._rdv import Error, __version__, create_key, parse_key
+from ._rdv import DLPackTensor, Error, __version__, create_key, parse_key
 
-__all__ = ["Code", "Error", "Worker", "create_key", "parse_key"]
+__all__ = ["Code", "DLPackTensor", "Error", "Worker", "create_key", "parse_key"]
 
 
 class Code(enum.IntEnum):
@@ -90,12 +90,15 @@ class Worker(_rdv.Worker):
     transport_settings: the plugin's settings by name (docs/configuration.md).
     from_environment: start from the RDV_* variables, as rdv-worker does.
 
-    send(step, key, array, is_dead=False): never blocks.
-    recv(step, key, timeout=None): the array (None for a dead tensor);
+    send(step, key, value, is_dead=False): never blocks; value is a numpy
+        array or a tensor with __dlpack__ (torch, cupy: GPU memory too).
+    recv(step, key, timeout=None, dlpack=False): the numpy array (None for
+        a dead tensor); with dlpack=True an rdv.DLPackTensor, in GPU memory
+        when the key's destination is a GPU, for torch.from_dlpack & co.
         rdv.Error DEADLINE_EXCEEDED when nothing came within timeout seconds.
-    recv_async(step, key): a concurrent.futures.Future of the array;
+    recv_async(step, key, dlpack=False): a concurrent.futures.Future of it;
         cancelling it withdraws the recv.
-    arecv(step, key): the same, awaitable from asyncio.
+    arecv(step, key, dlpack=False): the same, awaitable from asyncio.
     abort(step, message): fails the step's waiting and later recvs (ABORTED).
     cleanup_step(step): aborts the step and forgets it.
     close(): stops serving; also on leaving a `with` block and at exit.
@@ -109,13 +112,13 @@ class Worker(_rdv.Worker):
         """This worker's device name, e.g. /job:worker/replica:0/task:0/device:CPU:0."""
         return f"{self.name}/device:{kind}:{index}"
 
-    def recv_async(self, step, key):
+    def recv_async(self, step, key, dlpack=False):
         future = _RecvFuture()
-        future._pending = self._recv_async(step, key, future._finished)
+        future._pending = self._recv_async(step, key, dlpack, future._finished)
         return future
 
-    async def arecv(self, step, key):
-        return await asyncio.wrap_future(self.recv_async(step, key))
+    async def arecv(self, step, key, dlpack=False):
+        return await asyncio.wrap_future(self.recv_async(step, key, dlpack))
 
     def __enter__(self):
         return self

@@ -175,6 +175,43 @@ def test_a_local_send_shares_the_array():
         assert np.shares_memory(sent, received)
 
 
+class DLPackOnly:
+    """A tensor known only by the DLPack protocol, as torch's or cupy's."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_a_dlpack_tensor_is_sent_without_a_copy_and_received_as_one():
+    with rdv.Worker(task=0, cluster="worker=127.0.0.1:1") as worker:
+        key = rdv.create_key(worker.device(), worker.incarnation, worker.device(), "dlpack")
+        sent = np.arange(24, dtype=np.int16).reshape(2, 3, 4)
+        worker.send(1, key, DLPackOnly(sent))
+        received = worker.recv(1, key, timeout=LIMIT_S, dlpack=True)
+        assert isinstance(received, rdv.DLPackTensor)
+        assert received.__dlpack_device__() == (1, 0)  # kDLCPU
+        assert (received.shape, received.dtype, received.device) == ([2, 3, 4], "int16", "host")
+        as_numpy = np.from_dlpack(received)
+        assert np.shares_memory(sent, as_numpy)
+        np.testing.assert_array_equal(as_numpy, sent)
+
+
+def test_dlpack_recv_from_a_peer(pair):
+    peer, consumer = pair
+    step = next_step()
+    peer.command(op="send", step=step, name="dl", dtype="float64", shape=[5, 6], seed=9)
+    received = consumer.recv(step, peer.key("dl"), timeout=LIMIT_S, dlpack=True)
+    np.testing.assert_array_equal(np.from_dlpack(received), arrays.make("float64", (5, 6), 9))
+    peer.command(op="dead", step=step, name="dl_dead")
+    assert consumer.recv_async(step, peer.key("dl_dead"), dlpack=True).result(LIMIT_S) is None
+
+
 def test_bad_arguments_are_errors_that_say_what_to_do():
     with rdv.Worker(task=0, cluster="worker=127.0.0.1:1") as worker:
         key = rdv.create_key(worker.device(), worker.incarnation, worker.device(), "bad")
@@ -183,8 +220,12 @@ def test_bad_arguments_are_errors_that_say_what_to_do():
         assert error.value.code == rdv.Code.INVALID_ARGUMENT
         with pytest.raises(rdv.Error, match="has no rdv dtype"):
             worker.send(1, key, np.array(["text"]))
-        with pytest.raises(TypeError):
+        with pytest.raises(rdv.Error, match="numpy array or a tensor with __dlpack__") as error:
             worker.send(1, key, "not an array")
+        assert error.value.code == rdv.Code.INVALID_ARGUMENT
+        with pytest.raises(rdv.Error, match="C-contiguous tensor") as error:
+            worker.send(1, key, DLPackOnly(np.zeros((4, 4))[:, ::2]))
+        assert error.value.code == rdv.Code.INVALID_ARGUMENT
     with pytest.raises(rdv.Error, match="closed") as error:
         worker.send(1, key, np.zeros(3))
     assert error.value.code == rdv.Code.FAILED_PRECONDITION
