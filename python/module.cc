@@ -282,10 +282,9 @@ class Worker {
       } catch (py::error_already_set& raised) {
         raised.discard_as_unraisable("rdv recv_async callback");
       }
-      // Let go of the callback while holding the GIL, and of the value:
-      // the array has its own reference.
+      // Let go of the callback while holding the GIL. (The value stays
+      // with the pending Recv, which shares its buffer with the result.)
       *shared_callback = py::function();
-      pending.value = Tensor();
     });
   }
 

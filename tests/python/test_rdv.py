@@ -252,12 +252,15 @@ def test_a_killed_peer_fails_the_recv_within_the_peer_timeout(protocol, monkeypa
 
 
 def test_ctrl_c_cancels_a_waiting_recv():
+    # The signal may land just before recv starts (a loaded machine): the
+    # same handler then runs, and the test still holds. Ctrl-C that does not
+    # end a waiting recv hangs the child and fails the test.
     script = (
         "import numpy, rdv, sys\n"
         "w = rdv.Worker(task=0, cluster='worker=127.0.0.1:1')\n"
         "key = rdv.create_key(w.device(), w.incarnation, w.device(), 'never')\n"
-        "print('waiting', flush=True)\n"
         "try:\n"
+        "    print('waiting', flush=True)\n"
         "    w.recv(1, key)\n"
         "except KeyboardInterrupt:\n"
         "    w.send(1, key, numpy.arange(3))\n"
