@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -48,12 +48,11 @@ std::optional<std::string> PluginDirBesideSharedLibrary() {
   if (dladdr(reinterpret_cast<const void*>(&IsFile), &info) == 0 || info.dli_fname == nullptr) {
     return std::nullopt;
   }
-  const absl::string_view file = info.dli_fname;
-  const size_t slash = file.rfind('/');
-  if (slash == absl::string_view::npos || !absl::StrContains(file.substr(slash), ".so")) {
-    return std::nullopt;
-  }
-  return absl::StrCat(file.substr(0, slash), "/rdv");
+  // The path the loader used may hold "..": an RPATH of $ORIGIN/../..
+  std::error_code error;
+  const std::filesystem::path file = std::filesystem::weakly_canonical(info.dli_fname, error);
+  if (error || file.filename().string().find(".so") == std::string::npos) return std::nullopt;
+  return (file.parent_path() / "rdv").string();
 }
 
 }  // namespace
