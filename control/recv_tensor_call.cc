@@ -13,6 +13,20 @@
 namespace rdv::control {
 namespace {
 
+// What asks the producer to withdraw `recv`, and whether its answer means
+// that nothing will arrive: withdrawn, or a producer that cannot answer
+// (which cannot send the value either).
+WithdrawRecvTensorRequest WithdrawalOf(const RecvTensorRequest& recv) {
+  WithdrawRecvTensorRequest request;
+  request.set_step_id(recv.step_id());
+  request.set_request_id(recv.request_id());
+  return request;
+}
+
+bool NothingWillArrive(const grpc::Status& answer, const WithdrawRecvTensorResponse& response) {
+  return !answer.ok() || response.withdrawn();
+}
+
 absl::Status SerializeRequest(const RecvTensorRequest& request, grpc::ByteBuffer* buffer) {
   bool own_buffer = false;
   return FromGrpcStatus(
@@ -102,13 +116,11 @@ void RecvTensorCall::Cancel(const absl::Status& status) {
   };
   auto withdrawal = std::make_shared<Withdrawal>();
   withdrawal->context.set_deadline(absl::ToChronoTime(absl::Now() + worker_->peer_timeout));
-  withdrawal->request.set_step_id(request_.step_id());
-  withdrawal->request.set_request_id(request_.request_id());
+  withdrawal->request = WithdrawalOf(request_);
   worker_->stub->async()->WithdrawRecvTensor(
       &withdrawal->context, &withdrawal->request, &withdrawal->response,
       [withdrawal, liveness = liveness_, status](const grpc::Status& answer) {
-        // A producer that cannot answer cannot send the value either.
-        if (answer.ok() && !withdrawal->response.withdrawn()) return;
+        if (!NothingWillArrive(answer, withdrawal->response)) return;
         std::lock_guard lock(liveness->mu);
         if (liveness->call != nullptr) liveness->call->Abort(status);
       });
@@ -168,13 +180,10 @@ BlockingRecvTensorCall::BlockingRecvTensorCall(std::shared_ptr<WorkerClient> wor
 bool BlockingRecvTensorCall::Withdrawn() {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + peer_timeout_));
-  WithdrawRecvTensorRequest request;
-  request.set_step_id(request_.step_id());
-  request.set_request_id(request_.request_id());
   WithdrawRecvTensorResponse response;
-  const grpc::Status status = worker_->stub->WithdrawRecvTensor(&context, request, &response);
-  // A producer that cannot answer cannot send the value either.
-  return !status.ok() || response.withdrawn();
+  const grpc::Status status =
+      worker_->stub->WithdrawRecvTensor(&context, WithdrawalOf(request_), &response);
+  return NothingWillArrive(status, response);
 }
 
 void BlockingRecvTensorCall::Abort(const absl::Status& status) {
