@@ -26,7 +26,7 @@
 #include "apps/tool_flags.h"
 #include "control/grpc_status.h"
 #include "control/security.h"
-#include "control/worker.grpc.pb.h"
+#include "rdv/control/worker.grpc.pb.h"
 #include "control/worker_process.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:18600", "host:port to serve LauncherService on");

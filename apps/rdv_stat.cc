@@ -15,7 +15,7 @@
 #include "control/options.h"
 #include "control/security.h"
 #include "control/stats_format.h"
-#include "control/worker.grpc.pb.h"
+#include "rdv/control/worker.grpc.pb.h"
 #include "control/worker_cache.h"
 
 ABSL_FLAG(bool, json, false, "print the counters as JSON (GetStatsResponse's fields)");

@@ -25,7 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/death_trials.h"
 #include "control/security.h"
-#include "control/worker.grpc.pb.h"
+#include "rdv/control/worker.grpc.pb.h"
 #include "control/worker_process.h"
 #include "core/dtype.h"
 #include "core/rendezvous_key.h"

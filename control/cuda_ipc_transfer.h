@@ -8,7 +8,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "control/held_transfers.h"
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "core/memory.h"
 #include "core/tensor.h"
 

@@ -21,7 +21,7 @@
 #include "control/endpoint_cache.h"
 #include "control/held_transfers.h"
 #include "control/options.h"
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "core/tensor.h"
 #include "plugin/registration_cache.h"
 #include "plugin/transport.h"

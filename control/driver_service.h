@@ -17,7 +17,7 @@
 #include "control/rendezvous_mgr.h"
 #include "control/security.h"
 #include "control/tensor_service.h"
-#include "control/worker.grpc.pb.h"
+#include "rdv/control/worker.grpc.pb.h"
 #include "control/worker_env.h"
 
 namespace rdv::control {

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "control/rendezvous_mgr.h"
 #include "control/step_control.h"
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "control/worker_env.h"
 #include "graph/executor.h"
 

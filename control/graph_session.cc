@@ -11,7 +11,7 @@
 #include "control/named_tensor.h"
 #include "control/protocol.h"
 #include "control/security.h"
-#include "control/worker.grpc.pb.h"
+#include "rdv/control/worker.grpc.pb.h"
 #include "core/notification.h"
 #include "graph/partition.h"
 

@@ -12,7 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "control/consumer_lease.h"
 #include "control/leased_table.h"
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "core/tensor.h"
 
 namespace rdv::control {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "core/tensor.h"
 
 namespace rdv::control {

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "control/worker_cache.h"
 
 namespace rdv::control {

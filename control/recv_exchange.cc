@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/grpc_status.h"
+#include "control/landing_allocator.h"
 #include "core/cuda.h"
 #include "core/device_copy.h"
 
@@ -14,10 +15,12 @@ namespace {
 // when the tensor then goes to a GPU (the DMA copy reads it without another
 // staging copy), the data plane's pool when there is one. Through the data
 // plane: what it picks for the destination. By CUDA IPC: the destination
-// GPU, when the request asked for it.
+// GPU, when the request asked for it. A host Recv's landing buffer, where
+// the bytes may go anywhere: in the stream, or by a tagged send.
 TensorDecoder::Allocators DecoderAllocators(DataPlane* data_plane,
                                             const RecvTensorRequest& request,
-                                            MemoryLocation destination) {
+                                            MemoryLocation destination,
+                                            const std::shared_ptr<Buffer>& landing) {
   TensorDecoder::Allocators allocators;
   if (data_plane != nullptr) {
     allocators.stream = data_plane->allocator();
@@ -30,6 +33,12 @@ TensorDecoder::Allocators DecoderAllocators(DataPlane* data_plane,
   if (request.consumer_accepts_cuda_ipc()) {
     absl::StatusOr<std::shared_ptr<Allocator>> device = cuda::DeviceAllocator(destination.device);
     if (device.ok()) allocators.cuda_ipc = *std::move(device);
+  }
+  if (landing != nullptr && destination.is_host()) {
+    allocators.stream = std::make_shared<LandingAllocator>(landing, allocators.stream);
+    if (data_plane != nullptr && data_plane->transfer_op() == TRANSFER_OP_TAG) {
+      allocators.transport = std::make_shared<LandingAllocator>(landing, allocators.transport);
+    }
   }
   return allocators;
 }
@@ -88,25 +97,27 @@ void StreamUpload::Advance(const TensorDecoder& decoder, MemoryLocation destinat
 std::shared_ptr<RecvExchange> RecvExchange::Create(std::shared_ptr<WorkerClient> worker,
                                                    DataPlane* data_plane,
                                                    const RecvTensorRequest& request,
-                                                   MemoryLocation destination, Done done) {
-  return std::shared_ptr<RecvExchange>(
-      new RecvExchange(std::move(worker), data_plane, request, destination, std::move(done)));
+                                                   MemoryLocation destination, Done done,
+                                                   std::shared_ptr<Buffer> landing) {
+  return std::shared_ptr<RecvExchange>(new RecvExchange(
+      std::move(worker), data_plane, request, destination, std::move(done), std::move(landing)));
 }
 
 RecvExchange::RecvExchange(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
                            const RecvTensorRequest& request, MemoryLocation destination,
-                           Done done)
+                           Done done, std::shared_ptr<Buffer> landing)
     : worker_(std::move(worker)),
       data_plane_(data_plane),
       key_(request.rendezvous_key()),
       step_id_(request.step_id()),
       destination_(destination),
+      landing_(std::move(landing)),
       done_(std::move(done)),
       decoder_(MakeDecoder(request)) {}
 
 std::unique_ptr<TensorDecoder> RecvExchange::MakeDecoder(const RecvTensorRequest& request) const {
-  return std::make_unique<TensorDecoder>(DecoderAllocators(data_plane_, request, destination_),
-                                         worker_->max_tensor_bytes);
+  return std::make_unique<TensorDecoder>(
+      DecoderAllocators(data_plane_, request, destination_, landing_), worker_->max_tensor_bytes);
 }
 
 absl::Status RecvExchange::Consume(grpc::ByteBuffer* message) {

@@ -49,10 +49,12 @@ class RecvExchange : public std::enable_shared_from_this<RecvExchange> {
   using Done = absl::AnyInvocable<void(absl::Status, Tensor, bool is_dead) &&>;
 
   // `data_plane` (null for protocol grpc) must outlive the exchange.
+  // `landing`: the Recv's RendezvousArgs::landing (may be null).
   static std::shared_ptr<RecvExchange> Create(std::shared_ptr<WorkerClient> worker,
                                               DataPlane* data_plane,
                                               const RecvTensorRequest& request,
-                                              MemoryLocation destination, Done done);
+                                              MemoryLocation destination, Done done,
+                                              std::shared_ptr<Buffer> landing = nullptr);
 
   // One message of the answer, in order; once the answer is whole and
   // describes a side transfer, starts it. An error is the driver's to end
@@ -81,7 +83,8 @@ class RecvExchange : public std::enable_shared_from_this<RecvExchange> {
 
  private:
   RecvExchange(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
-               const RecvTensorRequest& request, MemoryLocation destination, Done done);
+               const RecvTensorRequest& request, MemoryLocation destination, Done done,
+               std::shared_ptr<Buffer> landing);
 
   std::unique_ptr<TensorDecoder> MakeDecoder(const RecvTensorRequest& request) const;
   void StartSideTransfer();
@@ -100,6 +103,7 @@ class RecvExchange : public std::enable_shared_from_this<RecvExchange> {
   const std::string key_;
   const int64_t step_id_;
   const MemoryLocation destination_;
+  const std::shared_ptr<Buffer> landing_;
   Done done_;
   // Touched by one Consume at a time, then by Finish once all has ended.
   std::unique_ptr<TensorDecoder> decoder_;

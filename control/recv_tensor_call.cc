@@ -76,16 +76,18 @@ void EndWith(RecvExchange& exchange, const absl::Status& status) {
 
 RecvTensorCall::RecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
                                RecvTensorRequest request, MemoryLocation destination,
-                               Detach detach, Done done)
+                               Detach detach, Done done, std::shared_ptr<Buffer> landing)
     : counted_(worker->calls),
       worker_(std::move(worker)),
       request_(std::move(request)),
       detach_(std::move(detach)),
       done_(std::move(done)),
-      exchange_(RecvExchange::Create(worker_, data_plane, request_, destination,
-                                     [this](absl::Status status, Tensor tensor, bool is_dead) {
-                                       Complete(std::move(status), std::move(tensor), is_dead);
-                                     })) {}
+      exchange_(RecvExchange::Create(
+          worker_, data_plane, request_, destination,
+          [this](absl::Status status, Tensor tensor, bool is_dead) {
+            Complete(std::move(status), std::move(tensor), is_dead);
+          },
+          std::move(landing))) {}
 
 void RecvTensorCall::Start() {
   if (const absl::Status serialized = SerializeRequest(request_, &request_buffer_);

@@ -38,8 +38,10 @@ class RecvTensorCall final : public AbortableCall,
   using Detach = absl::AnyInvocable<void(AbortableCall*) &&>;
 
   // `data_plane` (null for protocol grpc) must outlive the call.
+  // `landing`: the Recv's RendezvousArgs::landing (may be null).
   RecvTensorCall(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
-                 RecvTensorRequest request, MemoryLocation destination, Detach detach, Done done);
+                 RecvTensorRequest request, MemoryLocation destination, Detach detach, Done done,
+                 std::shared_ptr<Buffer> landing = nullptr);
 
   // Starts the call; the object owns itself from here.
   void Start();

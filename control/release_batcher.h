@@ -14,7 +14,7 @@
 #include <grpcpp/channel.h>
 
 #include "absl/time/time.h"
-#include "control/worker.grpc.pb.h"
+#include "rdv/control/worker.grpc.pb.h"
 
 namespace rdv::control {
 

@@ -122,7 +122,7 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
   }
   RecvTensorRequest request = MakeRequest(key, destination, *worker);
   auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane, std::move(request),
-                                  destination, std::move(detach), std::move(finish));
+                                  destination, std::move(detach), std::move(finish), args.landing);
   Hook(call, key.FullKey(), cancel, token);
   call->Start();
 }

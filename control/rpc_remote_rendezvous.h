@@ -25,7 +25,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_set.h"
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "control/worker_env.h"
 #include "core/intra_process_rendezvous.h"
 

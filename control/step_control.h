@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "control/rendezvous_mgr.h"
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "control/worker_env.h"
 
 namespace rdv::control {

@@ -11,7 +11,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <grpcpp/support/byte_buffer.h>
 
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "core/tensor.h"
 
 namespace rdv::control {

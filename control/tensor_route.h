@@ -5,7 +5,7 @@
 #pragma once
 
 #include "control/data_plane.h"
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "control/worker_stats.h"
 #include "core/tensor.h"
 

@@ -30,7 +30,7 @@
 #include "control/held_transfers.h"
 #include "control/leased_table.h"
 #include "control/rendezvous_mgr.h"
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "control/worker_env.h"
 
 namespace rdv::control {

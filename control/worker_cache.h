@@ -19,7 +19,7 @@
 #include "control/options.h"
 #include "control/peer_watch.h"
 #include "control/release_batcher.h"
-#include "control/worker.grpc.pb.h"
+#include "rdv/control/worker.grpc.pb.h"
 
 namespace rdv::control {
 

@@ -26,7 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "control/grpc_status.h"
-#include "control/worker.grpc.pb.h"
+#include "rdv/control/worker.grpc.pb.h"
 
 extern char** environ;
 

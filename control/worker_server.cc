@@ -278,6 +278,9 @@ uint64_t WorkerServer::incarnation() const { return impl_->env_.incarnation; }
 const std::string& WorkerServer::address() const { return impl_->address_; }
 RendezvousMgr& WorkerServer::rendezvous_mgr() { return impl_->rendezvous_mgr_; }
 WorkerCache& WorkerServer::worker_cache() { return impl_->worker_cache_; }
+void WorkerServer::SetPeerAddress(absl::string_view job, int task, std::string address) {
+  impl_->worker_cache_.SetAddress(job, task, std::move(address));
+}
 void WorkerServer::Shutdown() { impl_->Shutdown(); }
 DataPlane* WorkerServer::data_plane() { return impl_->data_plane_.get(); }
 FastPath* WorkerServer::fast_path() { return impl_->fast_path_.get(); }

@@ -63,6 +63,10 @@ class WorkerServer {
   const std::string& address() const;
   RendezvousMgr& rendezvous_mgr();
   WorkerCache& worker_cache();
+  // Points `job`/`task` at `address` (host:port) from now on: for peers
+  // whose address is known only after they started (a store, a launcher).
+  // Thread-safe; calls in flight keep the old channel.
+  void SetPeerAddress(absl::string_view job, int task, std::string address);
   // Null for protocol grpc.
   DataPlane* data_plane();
   // Recvs of known keys without RecvTensor; null unless RDV_FAST_PATH is on

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "core/status.h"
 
 namespace rdv::control {

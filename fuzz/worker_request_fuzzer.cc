@@ -15,7 +15,7 @@
 
 #include "absl/time/clock.h"
 #include "control/protocol.h"
-#include "control/worker.grpc.pb.h"
+#include "rdv/control/worker.grpc.pb.h"
 #include "control/worker_server.h"
 
 namespace {

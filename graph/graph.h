@@ -14,7 +14,7 @@
 #include "core/device_name.h"
 #include "core/dtype.h"
 #include "core/status.h"
-#include "graph/graph.pb.h"
+#include "rdv/graph/graph.pb.h"
 
 namespace rdv::graph {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "graph/graph.pb.h"
+#include "rdv/graph/graph.pb.h"
 
 namespace rdv::graph {
 

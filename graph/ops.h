@@ -7,7 +7,7 @@
 #include "absl/strings/string_view.h"
 #include "core/dtype.h"
 #include "core/status.h"
-#include "graph/graph.pb.h"
+#include "rdv/graph/graph.pb.h"
 
 namespace rdv::graph {
 

@@ -18,7 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "control/protocol.h"
 #include "control/security.h"
-#include "control/worker.grpc.pb.h"
+#include "rdv/control/worker.grpc.pb.h"
 #include "control/worker_process.h"
 #include "control/worker_server.h"
 #include "gtest/gtest.h"

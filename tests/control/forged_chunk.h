@@ -11,7 +11,7 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include "control/protocol.h"
-#include "control/worker.pb.h"
+#include "rdv/control/worker.pb.h"
 #include "core/dtype.h"
 
 namespace rdv::control {

@@ -3,6 +3,12 @@
 // instantiation for every protocol.
 #include "tests/control/remote_conformance.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include "control/data_plane.h"
+#include "core/buffer.h"
+
 namespace rdv::control::remote_test {
 namespace {
 
@@ -26,6 +32,39 @@ TEST_P(RemoteConformanceTest, RecvBeforeSend) {
   ASSERT_TRUE(result.Wait());
   ASSERT_TRUE(result.status.ok()) << result.status;
   EXPECT_TRUE(VerifyPattern(result.value, 3).ok());
+}
+
+// A landing buffer of the value's size gets the bytes where nothing copies
+// them afterwards (the stream, a tagged send); one of another size is left
+// alone. A get reads into registered memory only.
+TEST_P(RemoteConformanceTest, RecvLandsInTheCallersBuffer) {
+  const DataPlane* plane = consumer_->data_plane();
+  int64_t step = 40;
+  for (const int64_t bytes : {int64_t{4} << 10, int64_t{1} << 20}) {
+    const bool by_get = plane != nullptr && plane->transfer_op() == TRANSFER_OP_GET &&
+                        static_cast<size_t>(bytes) > plane->options().inline_bytes;
+    for (const bool fits : {true, false}) {
+      const ParsedKey key = Key(absl::StrCat("landing", bytes, fits));
+      auto landing = Buffer::Allocate(HostAllocator(), static_cast<size_t>(fits ? bytes : bytes + 64));
+      ASSERT_TRUE(landing.ok());
+      std::memset((*landing)->data(), 0xAB, (*landing)->size());
+      RendezvousArgs args;
+      args.landing = *landing;
+      RecvResult result;
+      consumer_->rendezvous_mgr().Find(step)->RecvAsync(key, args, result.Capture());
+      ASSERT_TRUE(Produce(step, {Item(key, DType::kUInt8, {bytes}, 9)}).ok());
+      ASSERT_TRUE(result.Wait());
+      ASSERT_TRUE(result.status.ok()) << bytes << ": " << result.status;
+      EXPECT_TRUE(VerifyPattern(result.value, 9).ok()) << bytes;
+      EXPECT_EQ(result.value.data() == (*landing)->data(), fits && !by_get) << bytes << " " << fits;
+      if (!fits) {
+        const auto* untouched = static_cast<const unsigned char*>((*landing)->data());
+        EXPECT_EQ(std::count(untouched, untouched + (*landing)->size(), 0xAB),
+                  static_cast<std::ptrdiff_t>((*landing)->size()));
+      }
+      ++step;
+    }
+  }
 }
 
 TEST_P(RemoteConformanceTest, ManySendsOnOneKeyArriveInOrder) {

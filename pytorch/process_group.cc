@@ -1,0 +1,525 @@
+#include "pytorch/process_group.h"
+
+#include <atomic>
+#include <stdexcept>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "control/cluster.h"
+#include "control/worker_server.h"
+#include "core/allocator.h"
+#include "core/buffer.h"
+#include "core/environment.h"
+#include "core/logging.h"
+#include "core/memory.h"
+#include "core/rendezvous.h"
+#include "pytorch/tensors.h"
+
+namespace rdv::pytorch {
+
+namespace {
+
+constexpr char kJob[] = "torch";
+constexpr char kGoodbye[] = "rdv_goodbye";
+constexpr char kFarewell[] = "rdv_farewell";
+constexpr int64_t kClosingStep = 0;
+constexpr char kBarrier[] = "rdv_barrier";
+
+[[noreturn]] void Throw(const absl::Status& status) {
+  throw std::runtime_error(absl::StrCat("rdv: ", status.ToString()));
+}
+
+template <typename T>
+T ValueOrThrow(absl::StatusOr<T> value) {
+  if (!value.ok()) Throw(value.status());
+  return *std::move(value);
+}
+
+std::string StoreKey(int rank) { return absl::StrCat("rdv/worker/", rank); }
+
+std::string DeviceOf(int rank) {
+  return absl::StrCat(control::ClusterSpec::WorkerName(kJob, rank), "/device:CPU:0");
+}
+
+// Peers dial the address a rank publishes: a wildcard host would send
+// them nowhere.
+absl::Status CheckListenAddress(const std::string& address) {
+  const std::string host = address.substr(0, address.rfind(':'));
+  if (host == "0.0.0.0" || host == "[::]" || host == "::" || host.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RDV_LISTEN_ADDRESS='", address,
+        "': name this host's address on the network the other ranks reach (its port may be 0); "
+        "it is what they dial"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<control::WorkerServerOptions> OptionsFor(int rank) {
+  RDV_ASSIGN_OR_RETURN(control::WorkerServerOptions options,
+                       control::WorkerServerOptions::FromEnvironment());
+  options.job = kJob;
+  options.task = rank;
+  options.protocol = "grpc";
+  env::ReadText("RDV_PROTOCOL", &options.protocol);
+  env::ReadText("RDV_LISTEN_ADDRESS", &options.listen_address);
+  RDV_RETURN_IF_ERROR(CheckListenAddress(options.listen_address));
+  return options;
+}
+
+// A zero-byte tensor: barrier messages and farewells.
+Tensor Signal() {
+  static char nothing;
+  auto buffer = Buffer::Wrap(&nothing, 0, MemoryLocation::Host(), {});
+  return ValueOrThrow(Tensor::FromBuffer(DType::kUInt8, ValueOrThrow(TensorShape::Create({0})),
+                                         std::move(buffer)));
+}
+
+// A Recv that failed after its pair stopped fails for the pair's reason.
+absl::Status BecauseOfPair(const absl::Status& pair, const absl::Status& failure) {
+  if (failure.ok() || pair.ok()) return failure;
+  return absl::Status(pair.code(), absl::StrCat(pair.message(), " (", failure.ToString(), ")"));
+}
+
+RendezvousArgs HostArgs(CancellationManager* cancellation) {
+  RendezvousArgs args;
+  args.alloc_attrs.on_host = true;
+  args.cancellation_manager = cancellation;
+  return args;
+}
+
+void CheckTensor(const std::vector<at::Tensor>& tensors, const char* operation) {
+  if (tensors.size() != 1) {
+    Throw(absl::InvalidArgumentError(absl::StrCat(operation, " takes one tensor, not ",
+                                                  tensors.size())));
+  }
+  const at::Tensor& tensor = tensors[0];
+  if (!tensor.device().is_cpu() || tensor.layout() != at::kStrided) {
+    Throw(absl::InvalidArgumentError(absl::StrCat(
+        operation, " moves dense CPU tensors; this one is ", tensor.toString(),
+        " (copy it with .cpu() / .to_dense())")));
+  }
+}
+
+}  // namespace
+
+c10::intrusive_ptr<ProcessGroupRdv> ProcessGroupRdv::Create(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    Throw(absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of a group of ", size)));
+  }
+  auto options = OptionsFor(rank);
+  if (!options.ok()) Throw(options.status());
+  const std::string protocol = options->protocol;
+  const absl::Duration peer_timeout = options->control.peer_timeout;
+  auto server = control::WorkerServer::Start(*std::move(options));
+  if (!server.ok()) {
+    Throw(absl::Status(server.status().code(),
+                       absl::StrCat("rank ", rank, " could not start its worker (RDV_PROTOCOL=",
+                                    protocol, "): ", server.status().message())));
+  }
+  c10::intrusive_ptr<ProcessGroupRdv> group = c10::make_intrusive<ProcessGroupRdv>(
+      rank, size, timeout, *std::move(server), protocol, peer_timeout);
+  group->Bootstrap(*store);
+  group->StartPairs();
+  group->WatchPeers();
+  RDV_LOG(Info) << "torch rank " << rank << " of " << size << ": rdv worker at "
+                << group->address() << ", protocol " << protocol;
+  return group;
+}
+
+ProcessGroupRdv::ProcessGroupRdv(int rank, int size, std::chrono::milliseconds timeout,
+                                 std::unique_ptr<control::WorkerServer> server,
+                                 std::string protocol, absl::Duration peer_timeout)
+    : ProcessGroup(rank, size),
+      timeout_(timeout),
+      protocol_(std::move(protocol)),
+      peer_timeout_(peer_timeout),
+      server_(std::move(server)),
+      peers_(static_cast<size_t>(size)) {}
+
+const std::string& ProcessGroupRdv::address() const { return server_->address(); }
+
+void ProcessGroupRdv::Bootstrap(c10d::Store& store) {
+  const std::string mine = absl::StrCat(server_->address(), " ", server_->incarnation());
+  store.set(StoreKey(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+  for (int peer = 0; peer < size_; ++peer) {
+    peers_[peer].device = DeviceOf(peer);
+    if (peer == rank_) {
+      peers_[peer].incarnation = server_->incarnation();
+      continue;
+    }
+    try {
+      store.wait({StoreKey(peer)}, timeout_);
+    } catch (const std::exception& e) {
+      Throw(absl::DeadlineExceededError(absl::StrCat(
+          "rank ", rank_, " waited ", timeout_.count(), " ms for rank ", peer,
+          " to publish its worker's address in the store (", e.what(), ")")));
+    }
+    const std::vector<uint8_t> value = store.get(StoreKey(peer));
+    const std::vector<std::string> parts = absl::StrSplit(std::string(value.begin(), value.end()), ' ');
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &peers_[peer].incarnation)) {
+      Throw(absl::InvalidArgumentError(absl::StrCat(
+          "rank ", peer, "'s entry in the store is not '<host:port> <incarnation>'")));
+    }
+    server_->SetPeerAddress(kJob, peer, parts[0]);
+  }
+}
+
+std::shared_ptr<Rendezvous> ProcessGroupRdv::Direction(int src, int dst) const {
+  return server_->rendezvous_mgr().Find(1 + static_cast<int64_t>(src) * size_ + dst);
+}
+
+ParsedKey ProcessGroupRdv::KeyFrom(int src, int dst, const std::string& name,
+                                   int64_t sequence) const {
+  return ValueOrThrow(ParsedKey::Parse(CreateRendezvousKey(
+      peers_[src].device, peers_[src].incarnation, peers_[dst].device, name, {0, sequence})));
+}
+
+int64_t ProcessGroupRdv::NextSequence(std::map<std::pair<int, int>, int64_t>& counters, int peer,
+                                      int tag) {
+  std::lock_guard lock(mu_);
+  return counters[{peer, tag}]++;
+}
+
+void ProcessGroupRdv::CheckPeer(int peer, const char* role) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    Throw(absl::InvalidArgumentError(absl::StrCat(
+        role, " rank ", peer, " is not another rank of this group (rank ", rank_, " of ", size_,
+        ")")));
+  }
+}
+
+std::shared_ptr<Rendezvous> ProcessGroupRdv::Closing() const {
+  return server_->rendezvous_mgr().Find(kClosingStep);
+}
+
+// The farewells leave from rdv's threads, which may outlive the group: they
+// hold what they need.
+void ProcessGroupRdv::StartPairs() {
+  std::vector<ParsedKey> farewells;
+  for (int peer = 0; peer < size_; ++peer) farewells.push_back(KeyFrom(rank_, peer, kFarewell, 0));
+  // A weak reference: the last owner of the states may be an rdv thread,
+  // which must not be the one to destroy a rendezvous.
+  pairs_ = std::make_shared<PairStates>(
+      size_, [weak = std::weak_ptr<Rendezvous>(Closing()), farewells = std::move(farewells),
+              rank = rank_](int peer) {
+        const std::shared_ptr<Rendezvous> closing = weak.lock();
+        if (closing == nullptr) return;
+        const absl::Status sent = closing->Send(farewells[peer], {}, Signal(), false);
+        if (!sent.ok()) {
+          RDV_LOG(Warning) << "torch rank " << rank << ": the farewell to rank " << peer
+                           << " failed: " << sent;
+        }
+      });
+}
+
+void ProcessGroupRdv::WatchPeers() {
+  watches_.resize(static_cast<size_t>(size_));
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    auto watch = std::make_unique<Watch>();
+    Watch* raw = watch.get();
+    watches_[peer] = std::move(watch);
+    Closing()->RecvAsync(KeyFrom(peer, rank_, kGoodbye, 0), HostArgs(&raw->cancellation),
+                         [this, peer, raw](const absl::Status& status, const RendezvousArgs&,
+                                           const RendezvousArgs&, const Tensor& goodbye, bool) {
+                           if (!raw->cancellation.IsCancelled()) Watched(peer, status, goodbye);
+                           raw->done.Notify();
+                         });
+  }
+}
+
+// A goodbye is one int64: how many values the peer sent this rank. It is
+// checked like anything else a peer sends.
+void ProcessGroupRdv::Watched(int peer, const absl::Status& status, const Tensor& goodbye) {
+  if (!status.ok()) {
+    StopPair(peer, absl::UnavailableError(absl::StrCat("rank ", peer, " was lost: ", status.ToString())),
+             /*died=*/true);
+    return;
+  }
+  if (goodbye.dtype() != DType::kInt64 || goodbye.num_elements() != 1 ||
+      !goodbye.location().is_host()) {
+    StopPair(peer, absl::DataLossError(absl::StrCat("rank ", peer, " said goodbye with ",
+                                                    Describe(goodbye), ", not one int64")),
+             /*died=*/true);
+    return;
+  }
+  StopPair(peer, absl::FailedPreconditionError(absl::StrCat("rank ", peer, " destroyed its process group")),
+           /*died=*/false);
+  pairs_->Goodbye(peer, *static_cast<const int64_t*>(goodbye.data()));
+}
+
+// What this rank sent the peer will never be taken: drop it (its sends
+// fail). What the peer sent is dropped only when it died: after a goodbye,
+// values it reported sent may still be landing here, and Recvs still
+// waiting at its worker fail when that worker stops.
+void ProcessGroupRdv::StopPair(int peer, const absl::Status& why, bool died) {
+  if (!pairs_->Stop(peer, why)) return;
+  RDV_LOG(Info) << "torch rank " << rank_ << ": stopping the work with rank " << peer << ": "
+                << why;
+  PairStates::Dropping dropping(*pairs_, peer);
+  Direction(rank_, peer)->StartAbort(why);
+  if (died) Direction(peer, rank_)->StartAbort(why);
+}
+
+// Tells every peer still there how many values this rank sent it, then
+// waits (at most the peer timeout) for each to answer that it took them.
+void ProcessGroupRdv::SayGoodbye() {
+  struct Farewell {
+    int peer;
+    int64_t sent;
+    std::shared_ptr<Notification> answered = std::make_shared<Notification>();
+  };
+  std::vector<Farewell> awaited;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_ || !pairs_->Of(peer).ok()) continue;
+    Farewell farewell{peer, pairs_->SentTo(peer)};
+    Closing()->RecvAsync(KeyFrom(peer, rank_, kFarewell, 0), HostArgs(nullptr),
+                         [answered = farewell.answered](const absl::Status&, const RendezvousArgs&,
+                                                        const RendezvousArgs&, const Tensor&,
+                                                        bool) { answered->Notify(); });
+    Tensor count = ValueOrThrow(Tensor::Allocate(HostAllocator(), DType::kInt64,
+                                                 ValueOrThrow(TensorShape::Create({1}))));
+    *static_cast<int64_t*>(count.data()) = farewell.sent;
+    const absl::Status said = Closing()->Send(KeyFrom(rank_, peer, kGoodbye, 0), {}, count, false);
+    if (said.ok()) awaited.push_back(std::move(farewell));
+  }
+  const absl::Time deadline = absl::Now() + peer_timeout_;
+  for (const Farewell& farewell : awaited) {
+    if (!farewell.answered->WaitForNotificationWithTimeout(deadline - absl::Now())) {
+      RDV_LOG(Warning) << "torch rank " << rank_ << ": rank " << farewell.peer
+                       << " did not confirm it took the " << farewell.sent
+                       << " values this rank sent it within RDV_PEER_TIMEOUT_MS; its Recvs of "
+                          "those not taken fail";
+    }
+  }
+}
+
+namespace {
+std::atomic<ProcessGroupRdv::BlockingSection> blocking_section{nullptr};
+}  // namespace
+
+void ProcessGroupRdv::SetBlockingSection(BlockingSection section) { blocking_section = section; }
+
+ProcessGroupRdv::~ProcessGroupRdv() {
+  const BlockingSection section = blocking_section.load();
+  if (section == nullptr) {
+    Close();
+  } else {
+    section([this] { Close(); });
+  }
+}
+
+void ProcessGroupRdv::Close() {
+  SayGoodbye();
+  for (auto& watch : watches_) {
+    if (watch == nullptr) continue;
+    watch->cancellation.StartCancel();
+    watch->done.WaitForNotification();
+  }
+  pairs_->StopAll(absl::CancelledError("this rank destroyed its process group"));
+  PairStates::Dropping dropping(*pairs_, PairStates::kEveryPeer);
+  server_.reset();
+}
+
+c10::intrusive_ptr<Work> ProcessGroupRdv::Send(const at::Tensor& tensor, int dst,
+                                               const ParsedKey& key, c10d::OpType type,
+                                               std::string what) {
+  auto work = c10::make_intrusive<Work>(rank_, type, std::vector<at::Tensor>{tensor},
+                                        std::move(what), timeout_);
+  // Complete when rdv lets go of the bytes: the receiver has them, or the
+  // pair stopped and they were dropped.
+  Tensor value = ValueOrThrow(
+      WrapForSend(tensor.contiguous(),
+                  [work, pairs = pairs_, dst] { work->Complete(pairs->OfRelease(dst)); }));
+  const absl::Status sent = Direction(rank_, dst)->Send(key, {}, value, false);
+  if (sent.ok()) {
+    pairs_->Sent(dst);
+  } else {
+    work->Complete(sent);
+  }
+  return work;
+}
+
+c10::intrusive_ptr<Work> ProcessGroupRdv::Recv(at::Tensor tensor, int src, const ParsedKey& key,
+                                               c10d::OpType type, std::string what) {
+  auto work = c10::make_intrusive<Work>(rank_, type, std::vector<at::Tensor>{tensor},
+                                        std::move(what), timeout_, src);
+  RendezvousArgs args = HostArgs(&work->cancellation());
+  args.landing = LandingOf(tensor);
+  Direction(src, rank_)->RecvAsync(
+      key, args,
+      [work, tensor, pairs = pairs_, src](const absl::Status& status, const RendezvousArgs&,
+                                          const RendezvousArgs&, const Tensor& value,
+                                          bool is_dead) mutable {
+        if (!status.ok()) return work->Complete(BecauseOfPair(pairs->Of(src), status));
+        pairs->Taken(src);
+        if (is_dead) return work->Complete(absl::DataLossError("the sender sent a dead tensor"));
+        work->Complete(CopyReceived(value, tensor));
+      });
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::send(std::vector<at::Tensor>& tensors,
+                                                     int dst_rank, int tag) {
+  CheckTensor(tensors, "send");
+  CheckPeer(dst_rank, "send: destination");
+  const int64_t sequence = NextSequence(sent_, dst_rank, tag);
+  return Send(tensors[0], dst_rank, KeyFrom(rank_, dst_rank, absl::StrCat("tag", tag), sequence),
+              c10d::OpType::SEND, absl::StrCat("send of tag ", tag, " to rank ", dst_rank));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::recv(std::vector<at::Tensor>& tensors,
+                                                     int src_rank, int tag) {
+  CheckTensor(tensors, "recv");
+  CheckPeer(src_rank, "recv: source");
+  const int64_t sequence = NextSequence(received_, src_rank, tag);
+  return Recv(tensors[0], src_rank, KeyFrom(src_rank, rank_, absl::StrCat("tag", tag), sequence),
+              c10d::OpType::RECV, absl::StrCat("recv of tag ", tag, " from rank ", src_rank));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::recvAnysource(std::vector<at::Tensor>&, int) {
+  Throw(absl::UnimplementedError(
+      "recv from any source: an rdv key names its producer, so recv needs src=<rank>; "
+      "the gloo backend receives from any source"));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::barrier(const c10d::BarrierOptions&) {
+  int64_t sequence;
+  {
+    std::lock_guard lock(mu_);
+    sequence = barriers_++;
+  }
+  auto work = c10::make_intrusive<Work>(rank_, c10d::OpType::BARRIER, std::vector<at::Tensor>{},
+                                        absl::StrCat("barrier ", sequence), timeout_);
+  if (size_ == 1) {
+    work->Complete(absl::OkStatus());
+    return work;
+  }
+  if (rank_ != 0) {
+    const absl::Status sent =
+        Direction(rank_, 0)->Send(KeyFrom(rank_, 0, kBarrier, sequence), {}, Signal(), false);
+    if (!sent.ok()) {
+      work->Complete(sent);
+      return work;
+    }
+    pairs_->Sent(0);
+    Direction(0, rank_)->RecvAsync(
+        KeyFrom(0, rank_, kBarrier, sequence), HostArgs(nullptr),
+        [work, pairs = pairs_](const absl::Status& status, const RendezvousArgs&,
+                               const RendezvousArgs&, const Tensor&, bool) {
+          if (status.ok()) pairs->Taken(0);
+          work->Complete(BecauseOfPair(pairs->Of(0), status));
+        });
+    return work;
+  }
+  // Rank 0 hears from every rank, then releases them all.
+  struct Release {
+    int peer;
+    std::shared_ptr<Rendezvous> rendezvous;
+    ParsedKey key;
+  };
+  struct Arrivals {
+    std::mutex mu;
+    int waiting;
+    absl::Status status;
+    std::vector<Release> releases;
+  };
+  auto arrivals = std::make_shared<Arrivals>();
+  arrivals->waiting = size_ - 1;
+  for (int peer = 1; peer < size_; ++peer) {
+    arrivals->releases.push_back({peer, Direction(0, peer), KeyFrom(0, peer, kBarrier, sequence)});
+  }
+  for (int peer = 1; peer < size_; ++peer) {
+    Direction(peer, 0)->RecvAsync(
+        KeyFrom(peer, 0, kBarrier, sequence), HostArgs(nullptr),
+        [work, arrivals, pairs = pairs_, peer](const absl::Status& status, const RendezvousArgs&,
+                                               const RendezvousArgs&, const Tensor&, bool) {
+          if (status.ok()) pairs->Taken(peer);
+          {
+            std::lock_guard lock(arrivals->mu);
+            arrivals->status.Update(BecauseOfPair(pairs->Of(peer), status));
+            if (--arrivals->waiting > 0) return;
+          }
+          for (const Release& release : arrivals->releases) {
+            const absl::Status sent = release.rendezvous->Send(release.key, {}, Signal(), false);
+            if (sent.ok()) pairs->Sent(release.peer);
+            arrivals->status.Update(sent);
+          }
+          work->Complete(arrivals->status);
+        });
+  }
+  return work;
+}
+
+void ProcessGroupRdv::Unsupported(const char* operation) const {
+  Throw(absl::UnimplementedError(absl::StrCat(
+      operation, ": the rdv backend moves point-to-point tensors only (send, recv, isend, irecv, "
+      "barrier); run collectives on a gloo group, e.g. dist.new_group(backend=\"gloo\")")));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::broadcast(std::vector<at::Tensor>&,
+                                                          const c10d::BroadcastOptions&) {
+  Unsupported("broadcast");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::allreduce(std::vector<at::Tensor>&,
+                                                          const c10d::AllreduceOptions&) {
+  Unsupported("all_reduce");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::allreduce_coalesced(
+    std::vector<at::Tensor>&, const c10d::AllreduceCoalescedOptions&) {
+  Unsupported("all_reduce_coalesced");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::reduce(std::vector<at::Tensor>&,
+                                                       const c10d::ReduceOptions&) {
+  Unsupported("reduce");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::allgather(std::vector<std::vector<at::Tensor>>&,
+                                                          std::vector<at::Tensor>&,
+                                                          const c10d::AllgatherOptions&) {
+  Unsupported("all_gather");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::_allgather_base(at::Tensor&, at::Tensor&,
+                                                                const c10d::AllgatherOptions&) {
+  Unsupported("all_gather_into_tensor");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>&,
+    const c10d::AllgatherOptions&) {
+  Unsupported("all_gather_coalesced");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::gather(std::vector<std::vector<at::Tensor>>&,
+                                                       std::vector<at::Tensor>&,
+                                                       const c10d::GatherOptions&) {
+  Unsupported("gather");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::scatter(std::vector<at::Tensor>&,
+                                                        std::vector<std::vector<at::Tensor>>&,
+                                                        const c10d::ScatterOptions&) {
+  Unsupported("scatter");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::reduce_scatter(
+    std::vector<at::Tensor>&, std::vector<std::vector<at::Tensor>>&,
+    const c10d::ReduceScatterOptions&) {
+  Unsupported("reduce_scatter");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::_reduce_scatter_base(
+    at::Tensor&, at::Tensor&, const c10d::ReduceScatterOptions&) {
+  Unsupported("reduce_scatter_tensor");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::alltoall_base(at::Tensor&, at::Tensor&,
+                                                              std::vector<int64_t>&,
+                                                              std::vector<int64_t>&,
+                                                              const c10d::AllToAllOptions&) {
+  Unsupported("all_to_all_single");
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::alltoall(std::vector<at::Tensor>&,
+                                                         std::vector<at::Tensor>&,
+                                                         const c10d::AllToAllOptions&) {
+  Unsupported("all_to_all");
+}
+
+}  // namespace rdv::pytorch

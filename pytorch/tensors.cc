@@ -1,0 +1,85 @@
+#include "pytorch/tensors.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/buffer.h"
+#include "core/memory.h"
+
+namespace rdv::pytorch {
+
+absl::StatusOr<DType> DTypeOf(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return DType::kFloat;
+    case at::kDouble: return DType::kDouble;
+    case at::kHalf: return DType::kHalf;
+    case at::kBFloat16: return DType::kBFloat16;
+    case at::kByte: return DType::kUInt8;
+    case at::kChar: return DType::kInt8;
+    case at::kShort: return DType::kInt16;
+    case at::kInt: return DType::kInt32;
+    case at::kLong: return DType::kInt64;
+    case at::kBool: return DType::kBool;
+    case at::kComplexFloat: return DType::kComplex64;
+    case at::kComplexDouble: return DType::kComplex128;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "torch dtype ", c10::toString(type),
+          " has no rdv dtype (rdv moves bool, uint8, int8-64, float16/32/64, bfloat16 and "
+          "complex64/128)"));
+  }
+}
+
+std::string Describe(const at::Tensor& tensor) {
+  const auto dtype = DTypeOf(tensor.scalar_type());
+  return absl::StrCat(dtype.ok() ? DTypeName(*dtype) : c10::toString(tensor.scalar_type()), " [",
+                      absl::StrJoin(tensor.sizes(), ","), "] (", tensor.nbytes(), " bytes)");
+}
+
+std::string Describe(const Tensor& tensor) {
+  return absl::StrCat(DTypeName(tensor.dtype()), " ", tensor.shape().DebugString(), " (",
+                      tensor.num_elements() * DTypeSize(tensor.dtype()), " bytes)");
+}
+
+absl::StatusOr<Tensor> WrapForSend(const at::Tensor& tensor,
+                                   absl::AnyInvocable<void() &&> released) {
+  RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeOf(tensor.scalar_type()));
+  const std::vector<int64_t> dims(tensor.sizes().begin(), tensor.sizes().end());
+  RDV_ASSIGN_OR_RETURN(TensorShape shape, TensorShape::Create(dims));
+  auto buffer = Buffer::Wrap(tensor.data_ptr(), tensor.nbytes(), MemoryLocation::Host(),
+                             [keep = tensor, released = std::move(released)]() mutable {
+                               keep = at::Tensor();
+                               std::move(released)();
+                             });
+  return Tensor::FromBuffer(dtype, shape, std::move(buffer));
+}
+
+std::shared_ptr<Buffer> LandingOf(const at::Tensor& destination) {
+  if (!destination.is_contiguous() || destination.nbytes() == 0) return nullptr;
+  return Buffer::Wrap(destination.data_ptr(), destination.nbytes(), MemoryLocation::Host(),
+                      [keep = destination]() mutable { keep = at::Tensor(); });
+}
+
+absl::Status CopyReceived(const Tensor& value, at::Tensor& destination) {
+  RDV_ASSIGN_OR_RETURN(const DType expected, DTypeOf(destination.scalar_type()));
+  const size_t bytes = value.num_elements() * DTypeSize(value.dtype());
+  if (value.dtype() != expected || bytes != destination.nbytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("the sender sent ", Describe(value),
+                                                   "; the receiving tensor is ",
+                                                   Describe(destination)));
+  }
+  if (bytes == 0 || value.data() == destination.data_ptr()) return absl::OkStatus();
+  if (destination.is_contiguous()) {
+    std::memcpy(destination.data_ptr(), value.data(), bytes);
+    return absl::OkStatus();
+  }
+  at::Tensor contiguous = at::empty_like(destination, at::MemoryFormat::Contiguous);
+  std::memcpy(contiguous.data_ptr(), value.data(), bytes);
+  destination.copy_(contiguous);
+  return absl::OkStatus();
+}
+
+}  // namespace rdv::pytorch

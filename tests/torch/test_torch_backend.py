@@ -1,0 +1,67 @@
+"""torch.distributed over the rdv backend: each scenario of ranks.py runs as
+real rank processes (one per rank) that find each other through a
+FileStore, over every protocol this machine has."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROTOCOLS = ["grpc", "grpc+ucx"]
+# Every rank process must finish within this, so a bug fails, not hangs.
+LIMIT_S = 120
+
+
+def run_ranks(scenario, world_size, protocol, tmp_path, environment=None):
+    env = dict(os.environ, RDV_PROTOCOL=protocol, **(environment or {}))
+    store = tmp_path / "store"
+    ranks = [subprocess.Popen([sys.executable, os.path.join(HERE, "ranks.py"), scenario,
+                               str(rank), str(world_size), str(store)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for rank in range(world_size)]
+    results = []
+    for rank in ranks:
+        try:
+            out, err = rank.communicate(timeout=LIMIT_S)
+        except subprocess.TimeoutExpired:
+            for other in ranks:
+                other.kill()
+            out, err = rank.communicate()
+        results.append((rank.returncode, out, err))
+    return results
+
+
+def assert_ok(results, skip=()):
+    for rank, (code, out, err) in enumerate(results):
+        if rank in skip:
+            continue
+        assert code == 0 and out.strip() == "ok", f"rank {rank} exited {code}:\n{out}\n{err}"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("scenario", ["dtypes", "overlap", "pingpong", "mismatch", "misuse",
+                                      "barrier"])
+def test_two_ranks(scenario, protocol, tmp_path):
+    assert_ok(run_ranks(scenario, 2, protocol, tmp_path))
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_pipeline_of_three_ranks(protocol, tmp_path):
+    assert_ok(run_ranks("pipeline", 3, protocol, tmp_path))
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_killed_peer_fails_its_work_only(protocol, tmp_path):
+    results = run_ranks("killed_peer", 3, protocol, tmp_path, {"RDV_PEER_TIMEOUT_MS": "2000"})
+    assert results[0][0] == -signal.SIGKILL, results[0]
+    assert_ok(results, skip={0})
+
+
+def test_the_backend_is_registered():
+    import torch.distributed as dist
+    import rdv.torch
+    assert rdv.torch.BACKEND == "rdv"
+    assert dist.Backend.RDV == "RDV"
