@@ -31,6 +31,7 @@ import time
 
 HERE = os.path.abspath(__file__)
 WARMUP = 3
+RESULT = "torch_bench result: "
 
 
 def parse_size(text):
@@ -79,7 +80,7 @@ def rank_main(backend, rank, store, sizes):
         samples[size] = times
     dist.destroy_process_group()
     if rank == 0:
-        print(json.dumps(samples), flush=True)
+        print(RESULT + json.dumps(samples), flush=True)
 
 
 def run_pair(backend, sizes):
@@ -94,7 +95,8 @@ def run_pair(backend, sizes):
         for rank in ranks:
             if rank.returncode != 0:
                 sys.exit(f"{backend}: a rank exited with {rank.returncode}")
-        return {int(size): times for size, times in json.loads(out[0]).items()}
+        line = next(line for line in out[0].splitlines() if line.startswith(RESULT))
+        return {int(size): times for size, times in json.loads(line[len(RESULT):]).items()}
 
 
 def percentile(values, fraction):

@@ -164,6 +164,9 @@ void PeerWatch::Impl::Run() {
     }
     if (!lost) continue;
     reached_ = false;
+    // Every transfer ended while the check ran (a peer that left cleanly
+    // after the last one): nobody to tell, nothing was lost.
+    if (watches_.empty()) continue;
     const absl::Status status = absl::UnavailableError(
         absl::StrCat("worker ", worker_name_, " at ", address_,
                      " was lost while a transfer with it was in flight: ", why));

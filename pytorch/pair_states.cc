@@ -44,7 +44,21 @@ bool PairStates::Stop(int peer, const absl::Status& why) {
   Pair& pair = pairs_[static_cast<size_t>(peer)];
   if (!pair.why.ok()) return false;
   pair.why = why;
+  changed_.notify_all();
   return true;
+}
+
+void PairStates::Farewelled(int peer) {
+  std::lock_guard lock(mu_);
+  pairs_[static_cast<size_t>(peer)].farewelled = true;
+  changed_.notify_all();
+}
+
+bool PairStates::AwaitFarewell(int peer, absl::Time deadline) {
+  std::unique_lock lock(mu_);
+  const Pair& pair = pairs_[static_cast<size_t>(peer)];
+  return changed_.wait_until(lock, absl::ToChronoTime(deadline),
+                             [&pair] { return pair.farewelled || !pair.why.ok(); });
 }
 
 void PairStates::StopAll(const absl::Status& why) {

@@ -7,10 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <condition_variable>
 #include <mutex>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/time/time.h"
 #include "core/status.h"
 
 namespace rdv::pytorch {
@@ -49,6 +51,12 @@ class PairStates {
   void Taken(int peer);
   // `peer` said goodbye after sending `sent` values.
   void Goodbye(int peer, int64_t sent);
+  // This rank said goodbye: `peer`'s farewell (or the end of its Recv)
+  // arrived.
+  void Farewelled(int peer);
+  // Waits until `peer` answered this rank's goodbye or stopped (it left
+  // too, or died: it takes nothing more either way); false at `deadline`.
+  bool AwaitFarewell(int peer, absl::Time deadline);
 
  private:
   struct Pair {
@@ -57,12 +65,14 @@ class PairStates {
     int64_t taken = 0;
     int64_t goodbye_after = -1;  // the peer's count; -1 until its goodbye
     bool answered = false;
+    bool farewelled = false;
   };
   // True when the farewell to `pair` is due now (and marks it answered).
   static bool FarewellDue(Pair& pair);
 
   absl::AnyInvocable<void(int) const> farewell_;
   mutable std::mutex mu_;
+  std::condition_variable changed_;
   std::vector<Pair> pairs_;  // guarded by mu_
 };
 

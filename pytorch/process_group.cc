@@ -159,7 +159,8 @@ void ProcessGroupRdv::Bootstrap(c10d::Store& store) {
           " to publish its worker's address in the store (", e.what(), ")")));
     }
     const std::vector<uint8_t> value = store.get(StoreKey(peer));
-    const std::vector<std::string> parts = absl::StrSplit(std::string(value.begin(), value.end()), ' ');
+    const std::vector<std::string> parts =
+        absl::StrSplit(std::string(value.begin(), value.end()), ' ');
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &peers_[peer].incarnation)) {
       Throw(absl::InvalidArgumentError(absl::StrCat(
           "rank ", peer, "'s entry in the store is not '<host:port> <incarnation>'")));
@@ -236,7 +237,8 @@ void ProcessGroupRdv::WatchPeers() {
 // checked like anything else a peer sends.
 void ProcessGroupRdv::Watched(int peer, const absl::Status& status, const Tensor& goodbye) {
   if (!status.ok()) {
-    StopPair(peer, absl::UnavailableError(absl::StrCat("rank ", peer, " was lost: ", status.ToString())),
+    StopPair(peer,
+             absl::UnavailableError(absl::StrCat("rank ", peer, " was lost: ", status.ToString())),
              /*died=*/true);
     return;
   }
@@ -247,7 +249,9 @@ void ProcessGroupRdv::Watched(int peer, const absl::Status& status, const Tensor
              /*died=*/true);
     return;
   }
-  StopPair(peer, absl::FailedPreconditionError(absl::StrCat("rank ", peer, " destroyed its process group")),
+  StopPair(peer,
+           absl::FailedPreconditionError(
+               absl::StrCat("rank ", peer, " destroyed its process group")),
            /*died=*/false);
   pairs_->Goodbye(peer, *static_cast<const int64_t*>(goodbye.data()));
 }
@@ -266,36 +270,53 @@ void ProcessGroupRdv::StopPair(int peer, const absl::Status& why, bool died) {
 }
 
 // Tells every peer still there how many values this rank sent it, then
-// waits (at most the peer timeout) for each to answer that it took them.
+// waits (at most the peer timeout) for each to answer that it took them,
+// or to leave as well.
 void ProcessGroupRdv::SayGoodbye() {
-  struct Farewell {
-    int peer;
-    int64_t sent;
-    std::shared_ptr<Notification> answered = std::make_shared<Notification>();
+  // The farewell Recvs still waiting once this rank is done waiting (their
+  // peer left first) are withdrawn before the worker stops, not left to
+  // find the peer gone.
+  struct Farewells {
+    CancellationManager cancellation;
+    std::mutex mu;
+    int pending = 0;
+    Notification ended;
   };
-  std::vector<Farewell> awaited;
+  auto farewells = std::make_shared<Farewells>();
+  std::vector<int> awaited;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_ || !pairs_->Of(peer).ok()) continue;
-    Farewell farewell{peer, pairs_->SentTo(peer)};
-    Closing()->RecvAsync(KeyFrom(peer, rank_, kFarewell, 0), HostArgs(nullptr),
-                         [answered = farewell.answered](const absl::Status&, const RendezvousArgs&,
-                                                        const RendezvousArgs&, const Tensor&,
-                                                        bool) { answered->Notify(); });
+    {
+      std::lock_guard lock(farewells->mu);
+      ++farewells->pending;
+    }
+    Closing()->RecvAsync(KeyFrom(peer, rank_, kFarewell, 0), HostArgs(&farewells->cancellation),
+                         [pairs = pairs_, peer, farewells](const absl::Status&,
+                                                           const RendezvousArgs&,
+                                                           const RendezvousArgs&, const Tensor&,
+                                                           bool) {
+                           pairs->Farewelled(peer);
+                           std::lock_guard lock(farewells->mu);
+                           if (--farewells->pending == 0) farewells->ended.Notify();
+                         });
     Tensor count = ValueOrThrow(Tensor::Allocate(HostAllocator(), DType::kInt64,
                                                  ValueOrThrow(TensorShape::Create({1}))));
-    *static_cast<int64_t*>(count.data()) = farewell.sent;
+    *static_cast<int64_t*>(count.data()) = pairs_->SentTo(peer);
     const absl::Status said = Closing()->Send(KeyFrom(rank_, peer, kGoodbye, 0), {}, count, false);
-    if (said.ok()) awaited.push_back(std::move(farewell));
+    if (said.ok()) awaited.push_back(peer);
   }
   const absl::Time deadline = absl::Now() + peer_timeout_;
-  for (const Farewell& farewell : awaited) {
-    if (!farewell.answered->WaitForNotificationWithTimeout(deadline - absl::Now())) {
-      RDV_LOG(Warning) << "torch rank " << rank_ << ": rank " << farewell.peer
-                       << " did not confirm it took the " << farewell.sent
+  for (const int peer : awaited) {
+    if (!pairs_->AwaitFarewell(peer, deadline)) {
+      RDV_LOG(Warning) << "torch rank " << rank_ << ": rank " << peer
+                       << " did not confirm it took the " << pairs_->SentTo(peer)
                        << " values this rank sent it within RDV_PEER_TIMEOUT_MS; its Recvs of "
                           "those not taken fail";
     }
   }
+  if (awaited.empty() && farewells->pending == 0) return;
+  farewells->cancellation.StartCancel();
+  farewells->ended.WaitForNotificationWithTimeout(peer_timeout_);
 }
 
 namespace {
@@ -326,9 +347,8 @@ void ProcessGroupRdv::Close() {
 }
 
 c10::intrusive_ptr<Work> ProcessGroupRdv::Send(const at::Tensor& tensor, int dst,
-                                               const ParsedKey& key, c10d::OpType type,
-                                               std::string what) {
-  auto work = c10::make_intrusive<Work>(rank_, type, std::vector<at::Tensor>{tensor},
+                                               const ParsedKey& key, std::string what) {
+  auto work = c10::make_intrusive<Work>(rank_, c10d::OpType::SEND, std::vector<at::Tensor>{tensor},
                                         std::move(what), timeout_);
   // Complete when rdv lets go of the bytes: the receiver has them, or the
   // pair stopped and they were dropped.
@@ -345,8 +365,8 @@ c10::intrusive_ptr<Work> ProcessGroupRdv::Send(const at::Tensor& tensor, int dst
 }
 
 c10::intrusive_ptr<Work> ProcessGroupRdv::Recv(at::Tensor tensor, int src, const ParsedKey& key,
-                                               c10d::OpType type, std::string what) {
-  auto work = c10::make_intrusive<Work>(rank_, type, std::vector<at::Tensor>{tensor},
+                                               std::string what) {
+  auto work = c10::make_intrusive<Work>(rank_, c10d::OpType::RECV, std::vector<at::Tensor>{tensor},
                                         std::move(what), timeout_, src);
   RendezvousArgs args = HostArgs(&work->cancellation());
   args.landing = LandingOf(tensor);
@@ -369,7 +389,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::send(std::vector<at::Tensor>& te
   CheckPeer(dst_rank, "send: destination");
   const int64_t sequence = NextSequence(sent_, dst_rank, tag);
   return Send(tensors[0], dst_rank, KeyFrom(rank_, dst_rank, absl::StrCat("tag", tag), sequence),
-              c10d::OpType::SEND, absl::StrCat("send of tag ", tag, " to rank ", dst_rank));
+              absl::StrCat("send of tag ", tag, " to rank ", dst_rank));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::recv(std::vector<at::Tensor>& tensors,
@@ -378,7 +398,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::recv(std::vector<at::Tensor>& te
   CheckPeer(src_rank, "recv: source");
   const int64_t sequence = NextSequence(received_, src_rank, tag);
   return Recv(tensors[0], src_rank, KeyFrom(src_rank, rank_, absl::StrCat("tag", tag), sequence),
-              c10d::OpType::RECV, absl::StrCat("recv of tag ", tag, " from rank ", src_rank));
+              absl::StrCat("recv of tag ", tag, " from rank ", src_rank));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::recvAnysource(std::vector<at::Tensor>&, int) {

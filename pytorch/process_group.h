@@ -142,9 +142,9 @@ class ProcessGroupRdv final : public c10d::ProcessGroup {
   int64_t NextSequence(std::map<std::pair<int, int>, int64_t>& counters, int peer, int tag);
   void CheckPeer(int peer, const char* role) const;
   c10::intrusive_ptr<Work> Send(const at::Tensor& tensor, int dst, const ParsedKey& key,
-                                c10d::OpType type, std::string what);
+                                std::string what);
   c10::intrusive_ptr<Work> Recv(at::Tensor tensor, int src, const ParsedKey& key,
-                                c10d::OpType type, std::string what);
+                                std::string what);
   void StopPair(int peer, const absl::Status& why, bool died);
   [[noreturn]] void Unsupported(const char* operation) const;
 

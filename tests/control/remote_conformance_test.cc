@@ -45,7 +45,8 @@ TEST_P(RemoteConformanceTest, RecvLandsInTheCallersBuffer) {
                         static_cast<size_t>(bytes) > plane->options().inline_bytes;
     for (const bool fits : {true, false}) {
       const ParsedKey key = Key(absl::StrCat("landing", bytes, fits));
-      auto landing = Buffer::Allocate(HostAllocator(), static_cast<size_t>(fits ? bytes : bytes + 64));
+      auto landing =
+          Buffer::Allocate(HostAllocator(), static_cast<size_t>(fits ? bytes : bytes + 64));
       ASSERT_TRUE(landing.ok());
       std::memset((*landing)->data(), 0xAB, (*landing)->size());
       RendezvousArgs args;

@@ -148,6 +148,21 @@ def misuse(rank):
         assert torch.equal(waiting, torch.full((3,), 7.0))
 
 
+def groups(rank):
+    """A subgroup over rdv beside a gloo group for the collectives."""
+    pair = dist.new_group([1, 2])
+    gloo = dist.new_group(backend="gloo")
+    if rank == 1:
+        dist.send(torch.arange(4.0), 2, group=pair)
+    elif rank == 2:
+        received = torch.zeros(4)
+        dist.recv(received, 1, group=pair)
+        assert torch.equal(received, torch.arange(4.0))
+    total = torch.full((2,), float(rank))
+    dist.all_reduce(total, group=gloo)
+    assert torch.equal(total, torch.full((2,), 3.0))
+
+
 def barrier(rank):
     for _ in range(20):
         dist.barrier()
@@ -178,7 +193,7 @@ def killed_peer(rank):
 SCENARIOS = {name: function for name, function in globals().items()
              if callable(function) and name in
              {"dtypes", "overlap", "pingpong", "pipeline", "mismatch", "misuse", "barrier",
-              "killed_peer"}}
+              "killed_peer", "groups"}}
 
 
 def main():

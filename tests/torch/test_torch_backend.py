@@ -49,8 +49,9 @@ def test_two_ranks(scenario, protocol, tmp_path):
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_pipeline_of_three_ranks(protocol, tmp_path):
-    assert_ok(run_ranks("pipeline", 3, protocol, tmp_path))
+@pytest.mark.parametrize("scenario", ["pipeline", "groups"])
+def test_three_ranks(scenario, protocol, tmp_path):
+    assert_ok(run_ranks(scenario, 3, protocol, tmp_path))
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
