@@ -54,6 +54,8 @@ def rank_main(backend, rank, store, sizes):
     """One rank: prints {size: [one-way seconds, ...]} as JSON (rank 0)."""
     import torch
     import torch.distributed as dist
+    # One intra-op thread: the two ranks share a small machine.
+    torch.set_num_threads(1)
     if backend != "gloo":
         import rdv.torch  # noqa: F401
         protocol, _, memory = backend.partition(":")
@@ -108,7 +110,7 @@ def plot(path, sizes, backends, medians):
     data = path + ".dat"
     with open(data, "w") as out:
         for backend in backends:
-            out.write(f'"{backend}"\n')
+            out.write(f"# {backend}\n")
             for size in sizes:
                 out.write(f"{size} {size / medians[backend][size] / 1e9}\n")
             out.write("\n\n")

@@ -15,8 +15,10 @@ namespace {
 // when the tensor then goes to a GPU (the DMA copy reads it without another
 // staging copy), the data plane's pool when there is one. Through the data
 // plane: what it picks for the destination. By CUDA IPC: the destination
-// GPU, when the request asked for it. A host Recv's landing buffer, where
-// the bytes may go anywhere: in the stream, or by a tagged send.
+// GPU, when the request asked for it. A host Recv's landing buffer for a
+// tagged send, which may land anywhere. (Not for the stream: decoding
+// gRPC's chunks into it measured slower than into rdv's own memory and a
+// copy, docs/torch.md.)
 TensorDecoder::Allocators DecoderAllocators(DataPlane* data_plane,
                                             const RecvTensorRequest& request,
                                             MemoryLocation destination,
@@ -34,11 +36,9 @@ TensorDecoder::Allocators DecoderAllocators(DataPlane* data_plane,
     absl::StatusOr<std::shared_ptr<Allocator>> device = cuda::DeviceAllocator(destination.device);
     if (device.ok()) allocators.cuda_ipc = *std::move(device);
   }
-  if (landing != nullptr && destination.is_host()) {
-    allocators.stream = std::make_shared<LandingAllocator>(landing, allocators.stream);
-    if (data_plane != nullptr && data_plane->transfer_op() == TRANSFER_OP_TAG) {
-      allocators.transport = std::make_shared<LandingAllocator>(landing, allocators.transport);
-    }
+  if (landing != nullptr && destination.is_host() && data_plane != nullptr &&
+      data_plane->transfer_op() == TRANSFER_OP_TAG) {
+    allocators.transport = std::make_shared<LandingAllocator>(landing, allocators.transport);
   }
   return allocators;
 }

@@ -37,10 +37,10 @@ struct RendezvousArgs {
   // Host memory (aligned to Allocator::kAlignment) a remote RecvAsync may
   // land the bytes in, so that nothing copies them after the transfer: used
   // when the value is a host tensor of exactly this many bytes that comes
-  // in the RecvTensor stream or by a tagged send (a get reads into
-  // registered memory only); the Recv's tensor then shares this buffer,
-  // which rdv writes until the Recv completes. Ignored otherwise, and by
-  // local Recvs: check the tensor's data() to know.
+  // by a tagged send (a get reads into registered memory only, the
+  // RecvTensor stream into rdv's own); the Recv's tensor then shares this
+  // buffer, which rdv writes until the Recv completes. Ignored otherwise,
+  // and by local Recvs: check the tensor's data() to know.
   std::shared_ptr<Buffer> landing;
 };
 

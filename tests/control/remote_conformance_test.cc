@@ -34,14 +34,14 @@ TEST_P(RemoteConformanceTest, RecvBeforeSend) {
   EXPECT_TRUE(VerifyPattern(result.value, 3).ok());
 }
 
-// A landing buffer of the value's size gets the bytes where nothing copies
-// them afterwards (the stream, a tagged send); one of another size is left
-// alone. A get reads into registered memory only.
+// A landing buffer of the value's size gets the bytes of a tagged send,
+// where nothing copies them afterwards; one of another size is left alone.
+// A get reads into registered memory, the stream into rdv's own.
 TEST_P(RemoteConformanceTest, RecvLandsInTheCallersBuffer) {
   const DataPlane* plane = consumer_->data_plane();
   int64_t step = 40;
   for (const int64_t bytes : {int64_t{4} << 10, int64_t{1} << 20}) {
-    const bool by_get = plane != nullptr && plane->transfer_op() == TRANSFER_OP_GET &&
+    const bool tagged = plane != nullptr && plane->transfer_op() == TRANSFER_OP_TAG &&
                         static_cast<size_t>(bytes) > plane->options().inline_bytes;
     for (const bool fits : {true, false}) {
       const ParsedKey key = Key(absl::StrCat("landing", bytes, fits));
@@ -57,7 +57,7 @@ TEST_P(RemoteConformanceTest, RecvLandsInTheCallersBuffer) {
       ASSERT_TRUE(result.Wait());
       ASSERT_TRUE(result.status.ok()) << bytes << ": " << result.status;
       EXPECT_TRUE(VerifyPattern(result.value, 9).ok()) << bytes;
-      EXPECT_EQ(result.value.data() == (*landing)->data(), fits && !by_get) << bytes << " " << fits;
+      EXPECT_EQ(result.value.data() == (*landing)->data(), fits && tagged) << bytes << " " << fits;
       if (!fits) {
         const auto* untouched = static_cast<const unsigned char*>((*landing)->data());
         EXPECT_EQ(std::count(untouched, untouched + (*landing)->size(), 0xAB),
