@@ -4,6 +4,7 @@
 // producer). Runs for the protocol settings with the fast path on.
 #include <csignal>
 
+#include "absl/cleanup/cleanup.h"
 #include "control/fast_path.h"
 #include "tests/control/remote_conformance.h"
 
@@ -42,6 +43,12 @@ TEST_P(RemoteConformanceTest, FastPathAsyncRecvsOfOneKeyAllArrive) {
   for (int i = 0; i < kValues; ++i) items.push_back(Item(key, DType::kFloat, {1024}, 7));
   ASSERT_TRUE(Produce(70, items).ok());
   std::vector<RecvResult> results(kValues);
+  // A failed wait returns early: the Recvs still out must end before their
+  // results go, or their callbacks would write to freed memory.
+  absl::Cleanup end_recvs = [&] {
+    consumer_->rendezvous_mgr().Find(70)->StartAbort(absl::AbortedError("the test ended"));
+    for (RecvResult& result : results) EXPECT_TRUE(result.Wait());
+  };
   for (RecvResult& result : results) {
     consumer_->rendezvous_mgr().Find(70)->RecvAsync(key, {}, result.Capture());
   }
