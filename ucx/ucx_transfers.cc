@@ -259,7 +259,15 @@ ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length
                         " bytes sent by rendezvous (rdv's are eager)");
     return UCS_ERR_MESSAGE_TRUNCATED;
   }
-  context->on_message(context->on_message_user, data, length);
+  // Delivered after ucp_worker_progress returns, on the same thread: inside
+  // it this thread holds the worker's lock, and a receiver that posts a
+  // send from its handler (the fast path answers a request so) would take
+  // an endpoint's use_mu after it, while another thread posting a send
+  // holds use_mu and waits for the worker's lock: a deadlock, seen.
+  context->RunOnProgressThread(
+      [context, message = std::string(static_cast<const char*>(data), length)] {
+        context->on_message(context->on_message_user, message.data(), message.size());
+      });
   return UCS_OK;
 }
 
