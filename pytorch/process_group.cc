@@ -10,10 +10,8 @@
 #include "control/cluster.h"
 #include "control/worker_server.h"
 #include "core/allocator.h"
-#include "core/buffer.h"
 #include "core/environment.h"
 #include "core/logging.h"
-#include "core/memory.h"
 #include "core/rendezvous.h"
 #include "pytorch/tensors.h"
 
@@ -70,10 +68,8 @@ absl::StatusOr<control::WorkerServerOptions> OptionsFor(int rank) {
 
 // A zero-byte tensor: barrier messages and farewells.
 Tensor Signal() {
-  static char nothing;
-  auto buffer = Buffer::Wrap(&nothing, 0, MemoryLocation::Host(), {});
-  return ValueOrThrow(Tensor::FromBuffer(DType::kUInt8, ValueOrThrow(TensorShape::Create({0})),
-                                         std::move(buffer)));
+  return ValueOrThrow(
+      Tensor::Allocate(HostAllocator(), DType::kUInt8, ValueOrThrow(TensorShape::Create({0}))));
 }
 
 // A Recv that failed after its pair stopped fails for the pair's reason.

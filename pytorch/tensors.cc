@@ -41,7 +41,7 @@ std::string Describe(const at::Tensor& tensor) {
 
 std::string Describe(const Tensor& tensor) {
   return absl::StrCat(DTypeName(tensor.dtype()), " ", tensor.shape().DebugString(), " (",
-                      tensor.num_elements() * DTypeSize(tensor.dtype()), " bytes)");
+                      tensor.TotalBytes(), " bytes)");
 }
 
 absl::StatusOr<Tensor> WrapForSend(const at::Tensor& tensor,
@@ -65,7 +65,7 @@ std::shared_ptr<Buffer> LandingOf(const at::Tensor& destination) {
 
 absl::Status CopyReceived(const Tensor& value, at::Tensor& destination) {
   RDV_ASSIGN_OR_RETURN(const DType expected, DTypeOf(destination.scalar_type()));
-  const size_t bytes = value.num_elements() * DTypeSize(value.dtype());
+  const size_t bytes = value.TotalBytes();
   if (value.dtype() != expected || bytes != destination.nbytes()) {
     return absl::InvalidArgumentError(absl::StrCat("the sender sent ", Describe(value),
                                                    "; the receiving tensor is ",
