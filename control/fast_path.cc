@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "control/landing_allocator.h"
 #include "control/side_transfer.h"
 #include "core/logging.h"
 
@@ -35,11 +36,12 @@ void FastPath::Stop() { env_.data_plane->SetMessageSink(nullptr); }
 std::shared_ptr<FastRecvCall> FastPath::NewRecv(std::shared_ptr<WorkerClient> worker,
                                                 int64_t step_id, std::string key,
                                                 KnownFastKey known, RecvTensorRequest fallback,
-                                                Detach detach, Done done) {
+                                                std::shared_ptr<Buffer> landing, Detach detach,
+                                                Done done) {
   recvs_started_.fetch_add(1);
   return std::make_shared<FastRecvCall>(env_.data_plane, waiting_, std::move(worker), step_id,
                                         std::move(key), std::move(known), std::move(fallback),
-                                        std::move(detach), std::move(done));
+                                        std::move(landing), std::move(detach), std::move(done));
 }
 
 void FastPath::OnMessage(absl::string_view message) {
@@ -142,7 +144,8 @@ void FastPath::OnNotice(const FastNotice& notice) {
 FastRecvCall::FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> waiting,
                            std::shared_ptr<WorkerClient> worker, int64_t step_id,
                            std::string key, KnownFastKey known, RecvTensorRequest fallback,
-                           FastPath::Detach detach, FastPath::Done done)
+                           std::shared_ptr<Buffer> landing, FastPath::Detach detach,
+                           FastPath::Done done)
     : data_plane_(data_plane),
       waiting_(std::move(waiting)),
       worker_(std::move(worker)),
@@ -150,6 +153,7 @@ FastRecvCall::FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> w
       key_(std::move(key)),
       known_(std::move(known)),
       fallback_(std::move(fallback)),
+      landing_(std::move(landing)),
       detach_(std::move(detach)),
       done_(std::move(done)),
       request_id_(static_cast<uint64_t>(fallback_.request_id())),
@@ -157,8 +161,11 @@ FastRecvCall::FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> w
 
 void FastRecvCall::Start() {
   DataPlane* plane = data_plane_;
-  absl::StatusOr<Tensor> destination =
-      Tensor::Allocate(plane->ReceiveAllocator(MemoryLocation::Host()), known_.dtype, known_.shape);
+  std::shared_ptr<Allocator> allocator = plane->ReceiveAllocator(MemoryLocation::Host());
+  if (landing_ != nullptr) {
+    allocator = std::make_shared<LandingAllocator>(std::move(landing_), std::move(allocator));
+  }
+  absl::StatusOr<Tensor> destination = Tensor::Allocate(allocator, known_.dtype, known_.shape);
   if (!destination.ok()) return Complete(destination.status(), Tensor(), false);
   destination_ = *std::move(destination);
   TransportDescriptor descriptor;

@@ -16,6 +16,8 @@
 //      and the consumer fetches it by a fetch_held RecvTensor, and learns
 //      the new shape), or failed (the Recv fails with the producer's
 //      status).
+// The destination is the Recv's landing buffer (RendezvousArgs::landing)
+// when it has the value's size, else the transport's memory.
 // The tagged receive is a SideTransfer: bounded by the producer's life
 // (PeerWatch), ended by the step's abort and the Recv's cancellation.
 //
@@ -73,11 +75,15 @@ class FastPath {
 
   // A Recv of `key` in `step_id` from `worker`, which gave this worker
   // `known`. `fallback` is the RecvTensor request the Recv makes if the
-  // producer says the value changed. Start() the call once it is hooked
-  // (Abort may come from then on); it owns itself until `done`.
+  // producer says the value changed. `landing` (RendezvousArgs::landing,
+  // may be null) is the destination when it has the value's size. Start()
+  // the call once it is hooked (Abort may come from then on); it owns
+  // itself until `done`.
   std::shared_ptr<FastRecvCall> NewRecv(std::shared_ptr<WorkerClient> worker, int64_t step_id,
                                         std::string key, KnownFastKey known,
-                                        RecvTensorRequest fallback, Detach detach, Done done);
+                                        RecvTensorRequest fallback,
+                                        std::shared_ptr<Buffer> landing, Detach detach,
+                                        Done done);
 
   // Messages that arrived and were dropped: malformed, or naming an id or
   // a request this worker does not know.
@@ -121,8 +127,8 @@ class FastRecvCall final : public AbortableCall,
  public:
   FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> waiting,
                std::shared_ptr<WorkerClient> worker, int64_t step_id, std::string key,
-               KnownFastKey known, RecvTensorRequest fallback, FastPath::Detach detach,
-               FastPath::Done done);
+               KnownFastKey known, RecvTensorRequest fallback, std::shared_ptr<Buffer> landing,
+               FastPath::Detach detach, FastPath::Done done);
 
   // Posts the receive and sends the request.
   void Start();
@@ -146,6 +152,7 @@ class FastRecvCall final : public AbortableCall,
   const std::string key_;
   const KnownFastKey known_;
   RecvTensorRequest fallback_;
+  std::shared_ptr<Buffer> landing_;  // until Start
   FastPath::Detach detach_;
   FastPath::Done done_;
   const uint64_t request_id_;

@@ -115,7 +115,7 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
     RecvTensorRequest fallback = MakeRequest(key, destination, *worker, /*take_releases=*/false);
     std::shared_ptr<FastRecvCall> call = env_->fast_path->NewRecv(
         *std::move(worker), step_id_, std::string(key.FullKey()), *std::move(known),
-        std::move(fallback), std::move(detach), std::move(finish));
+        std::move(fallback), args.landing, std::move(detach), std::move(finish));
     Hook(call.get(), key.FullKey(), cancel, token);
     call->Start();
     return;

@@ -61,6 +61,10 @@ absl::StatusOr<control::WorkerServerOptions> OptionsFor(int rank) {
   options.task = rank;
   options.protocol = "grpc";
   env::ReadText("RDV_PROTOCOL", &options.protocol);
+  // On unless RDV_FAST_PATH=0: every channel is a recurring key.
+  int64_t fast_path = 1;
+  RDV_RETURN_IF_ERROR(env::ReadInt("RDV_FAST_PATH", 0, 1, &fast_path));
+  options.control.fast_path = fast_path == 1;
   env::ReadText("RDV_LISTEN_ADDRESS", &options.listen_address);
   RDV_RETURN_IF_ERROR(CheckListenAddress(options.listen_address));
   return options;
@@ -122,7 +126,8 @@ c10::intrusive_ptr<ProcessGroupRdv> ProcessGroupRdv::Create(
   group->StartPairs();
   group->WatchPeers();
   RDV_LOG(Info) << "torch rank " << rank << " of " << size << ": rdv worker at "
-                << group->address() << ", protocol " << protocol;
+                << group->address() << ", protocol " << protocol << ", fast path "
+                << (group->server_->fast_path() != nullptr ? "on" : "off");
   return group;
 }
 
@@ -173,12 +178,6 @@ ParsedKey ProcessGroupRdv::KeyFrom(int src, int dst, const std::string& name,
                                    int64_t sequence) const {
   return ValueOrThrow(ParsedKey::Parse(CreateRendezvousKey(
       peers_[src].device, peers_[src].incarnation, peers_[dst].device, name, {0, sequence})));
-}
-
-int64_t ProcessGroupRdv::NextSequence(std::map<std::pair<int, int>, int64_t>& counters, int peer,
-                                      int tag) {
-  std::lock_guard lock(mu_);
-  return counters[{peer, tag}]++;
 }
 
 void ProcessGroupRdv::CheckPeer(int peer, const char* role) const {
@@ -331,6 +330,7 @@ ProcessGroupRdv::~ProcessGroupRdv() {
 }
 
 void ProcessGroupRdv::Close() {
+  channels_->Close(absl::CancelledError("this rank destroyed its process group"));
   SayGoodbye();
   for (auto& watch : watches_) {
     if (watch == nullptr) continue;
@@ -360,22 +360,39 @@ c10::intrusive_ptr<Work> ProcessGroupRdv::Send(const at::Tensor& tensor, int dst
   return work;
 }
 
-c10::intrusive_ptr<Work> ProcessGroupRdv::Recv(at::Tensor tensor, int src, const ParsedKey& key,
+c10::intrusive_ptr<Work> ProcessGroupRdv::Recv(at::Tensor tensor, int src, int tag,
                                                std::string what) {
   auto work = c10::make_intrusive<Work>(rank_, c10d::OpType::RECV, std::vector<at::Tensor>{tensor},
                                         std::move(what), timeout_, src);
-  RendezvousArgs args = HostArgs(&work->cancellation());
-  args.landing = LandingOf(tensor);
-  Direction(src, rank_)->RecvAsync(
-      key, args,
-      [work, tensor, pairs = pairs_, src](const absl::Status& status, const RendezvousArgs&,
-                                          const RendezvousArgs&, const Tensor& value,
-                                          bool is_dead) mutable {
-        if (!status.ok()) return work->Complete(BecauseOfPair(pairs->Of(src), status));
-        pairs->Taken(src);
-        if (is_dead) return work->Complete(absl::DataLossError("the sender sent a dead tensor"));
-        work->Complete(CopyReceived(value, tensor));
-      });
+  // Posted from an rdv thread when an earlier Recv of the channel is in
+  // rdv: it holds no rendezvous, which such a thread must never destroy.
+  auto post = [work, tensor, src, key = KeyFrom(src, rank_, absl::StrCat("tag", tag), 0),
+               direction = std::weak_ptr<Rendezvous>(Direction(src, rank_)),
+               pairs = pairs_](std::function<void()> ended) mutable {
+    const std::shared_ptr<Rendezvous> rendezvous = direction.lock();
+    if (rendezvous == nullptr) {
+      work->Complete(absl::CancelledError("the process group was destroyed"));
+      return ended();
+    }
+    RendezvousArgs args = HostArgs(&work->cancellation());
+    args.landing = LandingOf(tensor);
+    rendezvous->RecvAsync(
+        key, args,
+        [work, tensor, pairs, src, ended = std::move(ended)](
+            const absl::Status& status, const RendezvousArgs&, const RendezvousArgs&,
+            const Tensor& value, bool is_dead) mutable {
+          if (!status.ok()) {
+            work->Complete(BecauseOfPair(pairs->Of(src), status));
+          } else {
+            pairs->Taken(src);
+            work->Complete(is_dead ? absl::DataLossError("the sender sent a dead tensor")
+                                   : CopyReceived(value, tensor));
+          }
+          ended();
+        });
+  };
+  channels_->Enqueue(src, tag, std::move(post),
+                     [work](const absl::Status& why) { work->Complete(why); });
   return work;
 }
 
@@ -383,8 +400,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::send(std::vector<at::Tensor>& te
                                                      int dst_rank, int tag) {
   CheckTensor(tensors, "send");
   CheckPeer(dst_rank, "send: destination");
-  const int64_t sequence = NextSequence(sent_, dst_rank, tag);
-  return Send(tensors[0], dst_rank, KeyFrom(rank_, dst_rank, absl::StrCat("tag", tag), sequence),
+  return Send(tensors[0], dst_rank, KeyFrom(rank_, dst_rank, absl::StrCat("tag", tag), 0),
               absl::StrCat("send of tag ", tag, " to rank ", dst_rank));
 }
 
@@ -392,9 +408,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::recv(std::vector<at::Tensor>& te
                                                      int src_rank, int tag) {
   CheckTensor(tensors, "recv");
   CheckPeer(src_rank, "recv: source");
-  const int64_t sequence = NextSequence(received_, src_rank, tag);
-  return Recv(tensors[0], src_rank, KeyFrom(src_rank, rank_, absl::StrCat("tag", tag), sequence),
-              absl::StrCat("recv of tag ", tag, " from rank ", src_rank));
+  return Recv(tensors[0], src_rank, tag, absl::StrCat("recv of tag ", tag, " from rank ", src_rank));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::recvAnysource(std::vector<at::Tensor>&, int) {

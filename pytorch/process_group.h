@@ -3,10 +3,11 @@
 // the protocol RDV_PROTOCOL names. Ranks find each other through the store
 // torch hands every backend; no cluster spec is needed.
 //
-// Keys: the n-th send from rank a to rank b with tag t is key
-// "/job:torch/.../task:a/...;<a's incarnation>;.../task:b/...;tag<t>;0:n"
-// on the step of that direction (a to b), so sends and recvs match in
-// program order even when several are in flight. A peer that dies (or
+// Keys: every send from rank a to rank b with tag t is key
+// "/job:torch/.../task:a/...;<a's incarnation>;.../task:b/...;tag<t>;0:0"
+// on the step of that direction (a to b): the key's FIFO matches sends
+// and recvs in program order (pytorch/recv_channels.h), and a recurring
+// key is what rdv's fast path serves without a gRPC call. A peer that dies (or
 // destroys its group) stops only its pair: the Works with that peer fail,
 // the others go on.
 //
@@ -20,7 +21,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +34,7 @@
 #include "core/rendezvous_key.h"
 #include "core/status.h"
 #include "pytorch/pair_states.h"
+#include "pytorch/recv_channels.h"
 #include "pytorch/work.h"
 
 namespace rdv::control {
@@ -139,12 +140,10 @@ class ProcessGroupRdv final : public c10d::ProcessGroup {
   // The step of goodbyes and farewells, which stopping a pair leaves alone.
   std::shared_ptr<Rendezvous> Closing() const;
   ParsedKey KeyFrom(int src, int dst, const std::string& name, int64_t sequence) const;
-  int64_t NextSequence(std::map<std::pair<int, int>, int64_t>& counters, int peer, int tag);
   void CheckPeer(int peer, const char* role) const;
   c10::intrusive_ptr<Work> Send(const at::Tensor& tensor, int dst, const ParsedKey& key,
                                 std::string what);
-  c10::intrusive_ptr<Work> Recv(at::Tensor tensor, int src, const ParsedKey& key,
-                                std::string what);
+  c10::intrusive_ptr<Work> Recv(at::Tensor tensor, int src, int tag, std::string what);
   void StopPair(int peer, const absl::Status& why, bool died);
   [[noreturn]] void Unsupported(const char* operation) const;
 
@@ -153,12 +152,11 @@ class ProcessGroupRdv final : public c10d::ProcessGroup {
   const absl::Duration peer_timeout_;
   std::unique_ptr<control::WorkerServer> server_;
   std::shared_ptr<PairStates> pairs_;
+  const std::shared_ptr<RecvChannels> channels_ = std::make_shared<RecvChannels>();
   std::vector<Peer> peers_;
   std::vector<std::unique_ptr<Watch>> watches_;
   std::mutex mu_;
-  std::map<std::pair<int, int>, int64_t> sent_;      // (dst, tag) -> sends so far; guarded by mu_
-  std::map<std::pair<int, int>, int64_t> received_;  // (src, tag) -> recvs so far; guarded by mu_
-  int64_t barriers_ = 0;                             // guarded by mu_
+  int64_t barriers_ = 0;  // guarded by mu_
 };
 
 }  // namespace rdv::pytorch

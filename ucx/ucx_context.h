@@ -68,10 +68,15 @@ struct Context {
   std::condition_variable closed;
   std::unordered_map<Close*, void*> closing;  // closing_mu; Close -> its request
   // Tagged receives no send has completed yet, by tag, for cancel_recv.
-  // Recursive: UCX may complete a receive inside ucp_tag_recv_nbx or
-  // ucp_request_cancel, on the thread that holds it.
-  std::recursive_mutex recvs_mu;
-  std::unordered_map<uint64_t, Operation*> recvs;  // recvs_mu
+  // Never held across a call into UCX: a receive completes inside UCX's
+  // worker lock (in progress, or inside the post that matched a message
+  // already there), and takes recvs_mu there to leave this table.
+  struct WaitingRecv {
+    Operation* op = nullptr;  // compared only: it may be gone once the entry is
+    void* request = nullptr;  // UCX's, null until the post returned it
+  };
+  std::mutex recvs_mu;
+  std::unordered_map<uint64_t, WaitingRecv> recvs;  // recvs_mu
   // Work for the progress thread: cancels and forced closes complete
   // operations inline, and callbacks run on the progress thread only.
   plugin_support::ProgressQueue<std::function<void()>> tasks;
@@ -85,6 +90,17 @@ struct Context {
   // thread only): freed when UCX lets go, or at finalize.
   std::unordered_set<Operation*> orphans;
 
+  // Completions (the host's callbacks) waiting for ucp_worker_progress to
+  // return: progress thread only. The host may post from a callback, which
+  // takes an endpoint's use_mu; inside UCX's worker lock that would invert
+  // the order a post on another thread takes them in (a deadlock, seen).
+  std::vector<std::function<void()>> completions;
+  // Set once the progress thread has been joined (finalize): callbacks
+  // then run where UCX calls them, since nothing else would run them.
+  std::atomic<bool> joined{false};
+  // The progress thread's id, which it sets first thing.
+  std::atomic<std::thread::id> progress_id{};
+
   // Wakes the progress thread to pick up newly posted work.
   void Wake() const {
     if (!busy_poll) ucp_worker_signal(worker);
@@ -93,8 +109,24 @@ struct Context {
     tasks.Push(std::move(task));
     ucp_worker_signal(worker);
   }
+  // Runs `callback` on the progress thread outside UCX's calls.
+  void Deliver(std::function<void()> callback) {
+    if (joined.load(std::memory_order_acquire)) {
+      callback();
+    } else if (std::this_thread::get_id() == progress_id.load(std::memory_order_acquire)) {
+      completions.push_back(std::move(callback));
+    } else {
+      RunOnProgressThread(std::move(callback));
+    }
+  }
+  // On the progress thread (or at finalize, once it is joined).
   void RunTasks() {
     for (auto& task : tasks.Take()) task();
+    while (!completions.empty()) {
+      std::vector<std::function<void()>> ready;
+      ready.swap(completions);
+      for (auto& callback : ready) callback();
+    }
   }
 };
 
@@ -174,7 +206,6 @@ struct Operation {
   ucp_ep_h flush_after = nullptr;  // a put: flushed once locally complete
   Context* receiver = nullptr;     // a receive: its context, which tracks it
   uint64_t tag = 0;                // a receive: its tag
-  void* request = nullptr;         // a receive: set once posted, under recvs_mu
   std::string message{};           // a message: its bytes, until UCX has sent them
 };
 

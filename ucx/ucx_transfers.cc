@@ -33,13 +33,16 @@ bool Untrack(Operation* op) {
 void Complete(Operation* op, ucs_status_t status) {
   Ended(op);
   if (!Untrack(op)) return;
-  if (status == UCS_OK) {
-    op->done(op->user, RDV_TRANSPORT_OK, nullptr);
-  } else {
-    const std::string message = std::string("UCX transfer failed: ") + ucs_status_string(status);
-    op->done(op->user, CodeOf(status), message.c_str());
-  }
-  delete op;
+  op->context->Deliver([op, status] {
+    if (status == UCS_OK) {
+      op->done(op->user, RDV_TRANSPORT_OK, nullptr);
+    } else {
+      const std::string message =
+          std::string("UCX transfer failed: ") + ucs_status_string(status);
+      op->done(op->user, CodeOf(status), message.c_str());
+    }
+    delete op;
+  });
 }
 
 void OnSendDone(void* request, ucs_status_t status, void* user) {
@@ -68,18 +71,21 @@ void OnPutDone(void* request, ucs_status_t status, void* user) {
   if (UCS_PTR_IS_ERR(flush)) Complete(op, UCS_PTR_STATUS(flush));
 }
 
+// The request is freed on the progress thread, outside UCX's calls: a
+// cancel there that found it before this left the table is still UCX's
+// request when it runs (a completed one is not cancelled).
 void OnRecvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user) {
   auto* op = static_cast<Operation*>(user);
+  Context* context = op->receiver;
   {
-    // Out of cancel_recv's reach before the request goes.
-    std::lock_guard lock(op->receiver->recvs_mu);
-    if (auto it = op->receiver->recvs.find(op->tag);
-        it != op->receiver->recvs.end() && it->second == op) {
-      op->receiver->recvs.erase(it);
+    std::lock_guard lock(context->recvs_mu);
+    if (auto it = context->recvs.find(op->tag);
+        it != context->recvs.end() && it->second.op == op) {
+      context->recvs.erase(it);
     }
   }
   Complete(op, status);
-  ucp_request_free(request);
+  context->Deliver([request] { ucp_request_free(request); });
 }
 
 int Aborted(rdv_transport_error_t* error) {
@@ -204,8 +210,10 @@ int PostRecv(rdv_transport_context_t handle, void* local, rdv_transport_memory_t
   op->tag = tag;
   // Tracked before it is posted: UCX may complete it inside the post (a
   // send already arrived), which then finds and drops the entry.
-  std::lock_guard lock(context->recvs_mu);
-  context->recvs.insert_or_assign(tag, op);
+  {
+    std::lock_guard lock(context->recvs_mu);
+    context->recvs.insert_or_assign(tag, Context::WaitingRecv{op, nullptr});
+  }
   void* posted = nullptr;
   const int code = Post(nullptr, context, op, [&] {
     ucp_request_param_t param{};
@@ -218,12 +226,15 @@ int PostRecv(rdv_transport_context_t handle, void* local, rdv_transport_memory_t
     posted = request;
     return request;
   }, error, "ucp_tag_recv_nbx");
+  // Unless it already completed (and left the table).
+  std::lock_guard lock(context->recvs_mu);
   auto it = context->recvs.find(tag);
-  if (code != RDV_TRANSPORT_OK) {
-    if (it != context->recvs.end() && it->second == op) context->recvs.erase(it);
-    return code;
+  if (it == context->recvs.end() || it->second.op != op) return code;
+  if (code == RDV_TRANSPORT_OK) {
+    it->second.request = posted;
+  } else {
+    context->recvs.erase(it);
   }
-  if (it != context->recvs.end() && it->second == op) op->request = posted;
   return code;
 }
 
@@ -259,12 +270,9 @@ ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length
                         " bytes sent by rendezvous (rdv's are eager)");
     return UCS_ERR_MESSAGE_TRUNCATED;
   }
-  // Delivered after ucp_worker_progress returns, on the same thread: inside
-  // it this thread holds the worker's lock, and a receiver that posts a
-  // send from its handler (the fast path answers a request so) would take
-  // an endpoint's use_mu after it, while another thread posting a send
-  // holds use_mu and waits for the worker's lock: a deadlock, seen.
-  context->RunOnProgressThread(
+  // Delivered after ucp_worker_progress returns (Context::completions): the
+  // fast path answers a request by posting a send.
+  context->Deliver(
       [context, message = std::string(static_cast<const char*>(data), length)] {
         context->on_message(context->on_message_user, message.data(), message.size());
       });
@@ -273,15 +281,17 @@ ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length
 
 namespace {
 
-// On the progress thread, where the cancelled receive's callback then
-// runs; under recvs_mu, which also stands between a completion and the
-// request's release: the request is still UCX's when cancelled.
+// On the progress thread, where a completed receive's request is freed
+// (OnRecvDone): one found here is still UCX's while this runs.
 void CancelWaitingRecv(Context* context, uint64_t tag) {
-  std::lock_guard lock(context->recvs_mu);
-  auto it = context->recvs.find(tag);
-  if (it != context->recvs.end() && it->second->request != nullptr) {
-    ucp_request_cancel(context->worker, it->second->request);
+  void* request = nullptr;
+  {
+    std::lock_guard lock(context->recvs_mu);
+    if (auto it = context->recvs.find(tag); it != context->recvs.end()) {
+      request = it->second.request;
+    }
   }
+  if (request != nullptr) ucp_request_cancel(context->worker, request);
 }
 
 }  // namespace
@@ -291,7 +301,7 @@ int CancelRecv(rdv_transport_context_t handle, uint64_t tag, rdv_transport_error
   {
     std::lock_guard lock(context->recvs_mu);
     auto it = context->recvs.find(tag);
-    if (it == context->recvs.end() || it->second->request == nullptr) {
+    if (it == context->recvs.end() || it->second.request == nullptr) {
       return SetError(error, RDV_TRANSPORT_NOT_FOUND, "no tagged receive waits under tag %llu",
                       static_cast<unsigned long long>(tag));
     }

@@ -52,9 +52,11 @@ int UcxError(rdv_transport_error_t* error, ucs_status_t status, const char* what
 namespace {
 
 void ProgressLoop(Context* context) {
+  context->progress_id.store(std::this_thread::get_id(), std::memory_order_release);
   while (!context->stop.load(std::memory_order_acquire)) {
     context->RunTasks();
-    if (ucp_worker_progress(context->worker) != 0 || context->busy_poll) continue;
+    const unsigned progressed = ucp_worker_progress(context->worker);
+    if (progressed != 0 || !context->completions.empty() || context->busy_poll) continue;
     const ucs_status_t armed = ucp_worker_arm(context->worker);
     if (armed == UCS_ERR_BUSY) continue;
     if (armed != UCS_OK) {
@@ -151,7 +153,9 @@ void Finalize(rdv_transport_context_t handle) {
   context->stop.store(true, std::memory_order_release);
   ucp_worker_signal(context->worker);
   context->progress.join();
-  // Cancels and forced closes asked for after the last round.
+  context->joined.store(true, std::memory_order_release);
+  // Cancels and forced closes asked for after the last round, and the
+  // callbacks of operations it completed.
   context->RunTasks();
   // No progress now, so no close callback either: release what is left,
   // as UCX requires before the worker goes.
