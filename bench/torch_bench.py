@@ -8,15 +8,16 @@ each protocol against gloo, in the same run.
 
 Each round runs every backend once, in turn, so that a busy moment of the
 machine hits them all. "grpc+ucx:shm" is grpc+ucx over shared memory
-(UCX_TLS=posix,cma,self; plain grpc+ucx goes over tcp, docs/configuration.md).
+(UCX_TLS=posix,cma,self; plain grpc+ucx goes over tcp, docs/configuration.md);
+a ":nofast" suffix turns the fast path off (RDV_FAST_PATH=0), as in
+"grpc+ucx:shm:nofast", to compare it with the default in the same run.
 A run is a ping-pong: rank 0 sends SIZE bytes with
 dist.send, rank 1 receives them with dist.recv into a preallocated tensor
 and sends them back; one-way time is half a round trip (as osu_latency).
 Prints the median one-way time over every round trip of every round
 [10th-90th percentile] and the bandwidth SIZE / median, then each rdv
 backend's bandwidth against gloo's. Targets: rdv at least as fast as gloo
-at every size; >= 3x gloo at >= 1 MiB over shared memory once the hot path
-(issue 19) carries recurring keys.
+at every size; >= 3x gloo at >= 1 MiB over shared memory.
 """
 
 import argparse
@@ -58,10 +59,12 @@ def rank_main(backend, rank, store, sizes):
     torch.set_num_threads(1)
     if backend != "gloo":
         import rdv.torch  # noqa: F401
-        protocol, _, memory = backend.partition(":")
+        protocol, *settings = backend.split(":")
         os.environ["RDV_PROTOCOL"] = protocol
-        if memory == "shm":
+        if "shm" in settings:
             os.environ["UCX_TLS"] = "posix,cma,self"
+        if "nofast" in settings:
+            os.environ["RDV_FAST_PATH"] = "0"
     dist.init_process_group("gloo" if backend == "gloo" else "rdv", rank=rank, world_size=2,
                             init_method=f"file://{store}",
                             timeout=datetime.timedelta(seconds=120))
