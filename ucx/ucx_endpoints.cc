@@ -64,14 +64,16 @@ int Connect(rdv_transport_context_t handle, const void* sealed_address, size_t l
 
 namespace {
 
+// The endpoint goes outside UCX's calls: its key cache's lock is held
+// across ucp_ep_rkey_unpack, so it must not be taken under the worker lock.
 void CloseDone(Close* close) {
   Context* context = close->context;
+  if (Endpoint* owned = close->owned) context->Deliver([owned] { delete owned; });
   {
     std::lock_guard lock(context->closing_mu);
     context->closing.erase(close);
     if (context->closing.empty()) context->closed.notify_all();
   }
-  delete close->owned;
   delete close;
 }
 
