@@ -1,6 +1,7 @@
 #include "pytorch/process_group.h"
 
 #include <atomic>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 
@@ -418,11 +419,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::recvAnysource(std::vector<at::Te
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdv::barrier(const c10d::BarrierOptions&) {
-  int64_t sequence;
-  {
-    std::lock_guard lock(mu_);
-    sequence = barriers_++;
-  }
+  const int64_t sequence = barriers_.fetch_add(1);
   auto work = c10::make_intrusive<Work>(rank_, c10d::OpType::BARRIER, std::vector<at::Tensor>{},
                                         absl::StrCat("barrier ", sequence), timeout_);
   if (size_ == 1) {

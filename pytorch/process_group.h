@@ -19,10 +19,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -155,8 +155,7 @@ class ProcessGroupRdv final : public c10d::ProcessGroup {
   const std::shared_ptr<RecvChannels> channels_ = std::make_shared<RecvChannels>();
   std::vector<Peer> peers_;
   std::vector<std::unique_ptr<Watch>> watches_;
-  std::mutex mu_;
-  int64_t barriers_ = 0;  // guarded by mu_
+  std::atomic<int64_t> barriers_{0};  // barriers started
 };
 
 }  // namespace rdv::pytorch
