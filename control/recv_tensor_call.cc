@@ -111,12 +111,17 @@ void RecvTensorCall::Cancel(const absl::Status& status) {
     std::lock_guard lock(liveness_->mu);
     if (liveness_->cancelled.ok()) liveness_->cancelled = status;
   }
+  // Counted like any call that holds the worker's channel (its context
+  // does): the cache waits for it, so the channel's last reference never
+  // goes with this callback, on gRPC's thread (an abort at exit, seen).
   struct Withdrawal {
+    explicit Withdrawal(std::shared_ptr<CallsInFlight> calls) : counted(std::move(calls)) {}
+    CountedCall counted;  // first: ends last
     grpc::ClientContext context;
     WithdrawRecvTensorRequest request;
     WithdrawRecvTensorResponse response;
   };
-  auto withdrawal = std::make_shared<Withdrawal>();
+  auto withdrawal = std::make_shared<Withdrawal>(worker_->calls);
   withdrawal->context.set_deadline(absl::ToChronoTime(absl::Now() + worker_->peer_timeout));
   withdrawal->request = WithdrawalOf(request_);
   worker_->stub->async()->WithdrawRecvTensor(
