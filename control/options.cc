@@ -1,12 +1,14 @@
 #include "control/options.h"
 
+#include <utility>
+
 #include "core/environment.h"
 #include "core/logging.h"
 
 namespace rdv::control {
 
-absl::StatusOr<ControlOptions> ControlOptions::FromEnvironment() {
-  ControlOptions options;
+absl::StatusOr<ControlOptions> ControlOptions::FromEnvironment(ControlOptions defaults) {
+  ControlOptions options = std::move(defaults);
   RDV_RETURN_IF_ERROR(env::ReadMilliseconds("RDV_PEER_TIMEOUT_MS", absl::Milliseconds(100),
                                             absl::Hours(1), &options.peer_timeout));
   int64_t chunk = static_cast<int64_t>(options.chunk_bytes);
@@ -29,8 +31,16 @@ absl::StatusOr<ControlOptions> ControlOptions::FromEnvironment() {
   return options;
 }
 
+absl::StatusOr<ControlOptions> ControlOptions::FromEnvironment() {
+  return FromEnvironment(ControlOptions());
+}
+
 absl::StatusOr<DataPlaneOptions> DataPlaneOptions::FromEnvironment() {
-  DataPlaneOptions options;
+  return FromEnvironment(DataPlaneOptions());
+}
+
+absl::StatusOr<DataPlaneOptions> DataPlaneOptions::FromEnvironment(DataPlaneOptions defaults) {
+  DataPlaneOptions options = std::move(defaults);
   for (auto [name, bytes] : {std::pair{"RDV_INLINE_BYTES", &options.inline_bytes},
                              std::pair{"RDV_POOL_CACHE_BYTES", &options.pool_cache_bytes},
                              std::pair{"RDV_REGISTRATION_CACHE_BYTES",

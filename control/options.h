@@ -46,8 +46,9 @@ struct ControlOptions {
   // run in CI long enough to be the default).
   bool fast_path = false;
 
-  // Defaults overridden by the environment; INVALID_ARGUMENT naming the
+  // `defaults` overridden by the environment; INVALID_ARGUMENT naming the
   // variable when a value does not parse or is out of range.
+  static absl::StatusOr<ControlOptions> FromEnvironment(ControlOptions defaults);
   static absl::StatusOr<ControlOptions> FromEnvironment();
 };
 
@@ -66,6 +67,8 @@ struct DataPlaneOptions {
   // (RDV_UCX_OP, UCX_TLS, RDV_IB_DEVICE...) when the plugin loads.
   std::map<std::string, std::string> transport_settings;
 
+  // `defaults` overridden by the environment, as ControlOptions'.
+  static absl::StatusOr<DataPlaneOptions> FromEnvironment(DataPlaneOptions defaults);
   static absl::StatusOr<DataPlaneOptions> FromEnvironment();
 };
 

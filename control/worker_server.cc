@@ -1,6 +1,7 @@
 #include "control/worker_server.h"
 
 #include <random>
+#include <utility>
 
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
@@ -254,9 +255,14 @@ void WorkerServer::Impl::Shutdown() {
 }
 
 absl::StatusOr<WorkerServerOptions> WorkerServerOptions::FromEnvironment() {
-  WorkerServerOptions options;
-  RDV_ASSIGN_OR_RETURN(options.control, ControlOptions::FromEnvironment());
-  RDV_ASSIGN_OR_RETURN(options.data_plane, DataPlaneOptions::FromEnvironment());
+  return FromEnvironment(WorkerServerOptions());
+}
+
+absl::StatusOr<WorkerServerOptions> WorkerServerOptions::FromEnvironment(
+    WorkerServerOptions defaults) {
+  WorkerServerOptions options = std::move(defaults);
+  RDV_ASSIGN_OR_RETURN(options.control, ControlOptions::FromEnvironment(options.control));
+  RDV_ASSIGN_OR_RETURN(options.data_plane, DataPlaneOptions::FromEnvironment(options.data_plane));
   return options;
 }
 

@@ -41,9 +41,10 @@ struct WorkerServerOptions {
   // The data plane's settings (protocols other than grpc).
   DataPlaneOptions data_plane;
 
-  // The defaults, with `control` and `data_plane` from the environment
-  // (docs/configuration.md); INVALID_ARGUMENT naming a variable that does
-  // not parse.
+  // `defaults`, with `control` and `data_plane` overridden by the
+  // environment (docs/configuration.md); INVALID_ARGUMENT naming a variable
+  // that does not parse.
+  static absl::StatusOr<WorkerServerOptions> FromEnvironment(WorkerServerOptions defaults);
   static absl::StatusOr<WorkerServerOptions> FromEnvironment();
 };
 

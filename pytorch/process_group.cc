@@ -56,16 +56,16 @@ absl::Status CheckListenAddress(const std::string& address) {
 }
 
 absl::StatusOr<control::WorkerServerOptions> OptionsFor(int rank) {
+  // The fast path is on unless RDV_FAST_PATH=0: every channel is a
+  // recurring key.
+  control::WorkerServerOptions defaults;
+  defaults.control.fast_path = true;
   RDV_ASSIGN_OR_RETURN(control::WorkerServerOptions options,
-                       control::WorkerServerOptions::FromEnvironment());
+                       control::WorkerServerOptions::FromEnvironment(std::move(defaults)));
   options.job = kJob;
   options.task = rank;
   options.protocol = "grpc";
   env::ReadText("RDV_PROTOCOL", &options.protocol);
-  // On unless RDV_FAST_PATH=0: every channel is a recurring key.
-  int64_t fast_path = 1;
-  RDV_RETURN_IF_ERROR(env::ReadInt("RDV_FAST_PATH", 0, 1, &fast_path));
-  options.control.fast_path = fast_path == 1;
   env::ReadText("RDV_LISTEN_ADDRESS", &options.listen_address);
   RDV_RETURN_IF_ERROR(CheckListenAddress(options.listen_address));
   return options;

@@ -20,6 +20,27 @@ TEST(WorkerOptionsTest, FromEnvironmentFillsControlAndDataPlaneOptions) {
   EXPECT_EQ(options->data_plane.inline_bytes, 99u);
 }
 
+// An embedder's defaults (the torch backend turns the fast path on) hold
+// where the environment is silent, and yield where it speaks.
+TEST(WorkerOptionsTest, TheEnvironmentOverridesTheCallersDefaults) {
+  WorkerServerOptions defaults;
+  defaults.control.fast_path = true;
+  defaults.data_plane.inline_bytes = 77;
+  unsetenv("RDV_FAST_PATH");
+  absl::StatusOr<WorkerServerOptions> kept = WorkerServerOptions::FromEnvironment(defaults);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(kept->control.fast_path);
+  EXPECT_EQ(kept->data_plane.inline_bytes, 77u);
+  setenv("RDV_FAST_PATH", "0", 1);
+  setenv("RDV_INLINE_BYTES", "99", 1);
+  absl::StatusOr<WorkerServerOptions> overridden = WorkerServerOptions::FromEnvironment(defaults);
+  unsetenv("RDV_FAST_PATH");
+  unsetenv("RDV_INLINE_BYTES");
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_FALSE(overridden->control.fast_path);
+  EXPECT_EQ(overridden->data_plane.inline_bytes, 99u);
+}
+
 TEST(WorkerOptionsTest, ABadVariableIsRefusedByName) {
   setenv("RDV_POOL_CACHE_BYTES", "lots", 1);
   absl::StatusOr<WorkerServerOptions> options = WorkerServerOptions::FromEnvironment();
