@@ -51,6 +51,10 @@ void FastPath::OnMessage(absl::string_view message) {
     absl::StatusOr<FastRequest> request = DecodeFastRequest(message);
     return request.ok() ? OnRequest(*request) : Refuse(request.status());
   }
+  if (*kind == FastKind::kWithdraw) {
+    absl::StatusOr<FastWithdrawal> withdrawal = DecodeFastWithdrawal(message);
+    return withdrawal.ok() ? OnWithdrawal(*withdrawal) : Refuse(withdrawal.status());
+  }
   absl::StatusOr<FastNotice> notice = DecodeFastNotice(message);
   return notice.ok() ? OnNotice(*notice) : Refuse(notice.status());
 }
@@ -76,25 +80,96 @@ void FastPath::OnRequest(const FastRequest& request) {
   if (!entry.has_value()) return Refuse(absl::NotFoundError("a request naming an unknown key id"));
   absl::StatusOr<ParsedKey> key = ParsedKey::Parse(entry->key);
   if (!key.ok()) return Refuse(key.status());
+  std::shared_ptr<ServedRequest> served = StartServing(request, entry->consumer_address);
+  if (served == nullptr) return;
   requests_served_.fetch_add(1);
   RDV_LOG(Debug) << "fast path: request " << request.request_id << " for '" << entry->key
                  << "' step " << request.step_id << " (" << request.bytes << " bytes)";
   RendezvousArgs args;
   args.as_sent = true;  // a GPU value is the slow path's (a changed notice)
+  args.cancellation_manager = &served->cancel;
   rendezvous_mgr_.Find(request.step_id)
       ->RecvAsync(*key, args,
-                  [this, request, entry = *std::move(entry), parsed = *key](
+                  [this, request, served, entry = *std::move(entry), parsed = *key](
                       const absl::Status& status, const RendezvousArgs&, const RendezvousArgs&,
                       const Tensor& value, bool is_dead) {
-                    Answer(request, entry, parsed, status, value, is_dead);
+                    StopServing({request.key_id, request.step_id, request.request_id});
+                    Answer(request, entry, parsed, status, value, is_dead,
+                           served->withdrawn.load());
                   });
+}
+
+std::shared_ptr<FastPath::ServedRequest> FastPath::StartServing(
+    const FastRequest& request, const std::string& consumer_address) {
+  const ServedId id{request.key_id, request.step_id, request.request_id};
+  bool withdrawn_early = false;
+  std::shared_ptr<ServedRequest> served;
+  {
+    std::lock_guard lock(serving_mu_);
+    withdrawn_early = early_withdrawals_.erase(id) > 0;
+    if (!withdrawn_early) {
+      auto [it, inserted] = serving_.try_emplace(id);
+      if (inserted) served = it->second = std::make_shared<ServedRequest>();
+    }
+  }
+  if (withdrawn_early) {
+    RDV_LOG(Debug) << "fast path: request " << request.request_id << " came after its withdrawal";
+    Notify(env_.data_plane, consumer_address,
+           FastNotice{request.request_id, FastNoticeKind::kWithdrawn, 0, ""});
+  } else if (served == nullptr) {
+    Refuse(absl::AlreadyExistsError("a request repeating one that waits"));
+  }
+  return served;
+}
+
+void FastPath::StopServing(const ServedId& id) {
+  std::lock_guard lock(serving_mu_);
+  serving_.erase(id);
+}
+
+void FastPath::OnWithdrawal(const FastWithdrawal& withdrawal) {
+  if (!tensors_.fast_key_ids().Find(withdrawal.key_id).has_value()) {
+    return Refuse(absl::NotFoundError("a withdrawal naming an unknown key id"));
+  }
+  const ServedId id{withdrawal.key_id, withdrawal.step_id, withdrawal.request_id};
+  std::shared_ptr<ServedRequest> served;
+  {
+    std::lock_guard lock(serving_mu_);
+    if (auto it = serving_.find(id); it != serving_.end()) {
+      served = it->second;
+    } else {
+      // Not here yet (the request is overtaken), or already answered (its
+      // value or notice is on the way, and ends the Recv).
+      RememberEarlyWithdrawal(id);
+    }
+  }
+  RDV_LOG(Debug) << "fast path: request " << withdrawal.request_id << " withdrawn"
+                 << (served == nullptr ? " (not waiting)" : "");
+  if (served == nullptr) return;
+  served->withdrawn.store(true);
+  // Either the wait ends now (CANCELLED: a withdrawn notice), or a value
+  // took it first and goes to the consumer as usual.
+  served->cancel.StartCancel();
+}
+
+void FastPath::RememberEarlyWithdrawal(const ServedId& id) {
+  if (!early_withdrawals_.insert(id).second) return;
+  early_withdrawal_order_.push_back(id);
+  while (early_withdrawal_order_.size() > kMaxEarlyWithdrawals) {
+    early_withdrawals_.erase(early_withdrawal_order_.front());
+    early_withdrawal_order_.pop_front();
+  }
 }
 
 void FastPath::Answer(const FastRequest& request, const FastKeyIds::Entry& entry,
                       const ParsedKey& key, const absl::Status& status, const Tensor& value,
-                      bool is_dead) {
+                      bool is_dead, bool withdrawn) {
   DataPlane* const plane = env_.data_plane;
   const uint64_t id = request.request_id;
+  if (withdrawn && absl::IsCancelled(status)) {
+    return Notify(plane, entry.consumer_address,
+                  FastNotice{id, FastNoticeKind::kWithdrawn, 0, ""});
+  }
   if (!status.ok()) return Notify(plane, entry.consumer_address, Failed(id, "Recv", status));
   if (is_dead) {
     return Notify(plane, entry.consumer_address, FastNotice{id, FastNoticeKind::kDead, 0, ""});
@@ -181,10 +256,16 @@ void FastRecvCall::Start() {
   std::shared_ptr<SideTransfer> transfer = SideTransfer::Fetch(
       worker_, plane, descriptor, destination_, key_,
       [self](absl::Status status) { self->TransferDone(std::move(status)); });
+  bool ended = false;
   {
     std::lock_guard lock(mu_);
     transfer_ = transfer;
+    ended = !ended_by_.ok();
+    requested_ = !ended;
   }
+  // Ended before the request went (an abort, or a cancellation that had
+  // nothing to withdraw): nothing will be sent to the receive.
+  if (ended) return transfer->Cancel();
   FastRequest request;
   request.key_id = known_.id;
   request.step_id = step_id_;
@@ -195,16 +276,35 @@ void FastRecvCall::Start() {
   request.num_dims = static_cast<uint32_t>(dims.size());
   std::copy(dims.begin(), dims.end(), request.dims);
   RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' requested";
-  plane->SendMessage(known_.producer_transport_address, EncodeFastRequest(request),
-                     [self](absl::Status sent) {
-                       // The transport to the producer failed: it is lost
-                       // or unreachable, whatever the transport's code.
-                       if (!sent.ok()) {
-                         self->Abort(absl::UnavailableError(absl::StrCat(
-                             "the fast-path request did not reach worker ",
-                             self->worker_name_, ": ", sent.message())));
-                       }
-                     });
+  SendToProducer(EncodeFastRequest(request), "request");
+}
+
+void FastRecvCall::SendToProducer(std::string message, absl::string_view what) {
+  data_plane_->SendMessage(
+      known_.producer_transport_address, std::move(message),
+      [self = shared_from_this(), what = std::string(what)](absl::Status sent) {
+        // The transport to the producer failed: it is lost or unreachable,
+        // whatever the transport's code.
+        if (!sent.ok()) {
+          self->Abort(absl::UnavailableError(absl::StrCat("the fast-path ", what,
+                                                          " did not reach worker ",
+                                                          self->worker_name_, ": ",
+                                                          sent.message())));
+        }
+      });
+}
+
+void FastRecvCall::Cancel(const absl::Status& status) {
+  bool requested = false;
+  {
+    std::lock_guard lock(mu_);
+    if (!cancelled_.ok()) return;
+    cancelled_ = status;
+    requested = requested_;
+  }
+  if (!requested) return Abort(status);
+  RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' withdrawing";
+  SendToProducer(EncodeFastWithdrawal({known_.id, step_id_, request_id_}), "withdrawal");
 }
 
 void FastRecvCall::Abort(const absl::Status& status) {
@@ -225,6 +325,10 @@ void FastRecvCall::Told(const FastNotice& notice) {
     changed_ = notice.kind == FastNoticeKind::kChanged;
     if (notice.kind == FastNoticeKind::kFailed && ended_by_.ok()) {
       ended_by_ = absl::Status(static_cast<absl::StatusCode>(notice.code), notice.message);
+    }
+    if (notice.kind == FastNoticeKind::kWithdrawn && ended_by_.ok()) {
+      ended_by_ = cancelled_.ok() ? absl::CancelledError("the producer withdrew the fast-path Recv")
+                                  : cancelled_;
     }
     transfer = transfer_;
   }

@@ -26,20 +26,28 @@
 // the value goes to that address only. A request or notice that does not
 // parse, or names an unknown id or request, is dropped and counted.
 //
+// Cancellation (the Recv's manager, or the blocking Recv's timeout) loses
+// no value: the consumer sends a withdrawal, and the Recv ends CANCELLED
+// only when the producer answers that its wait was withdrawn before it took
+// a value. A value already taken still arrives, and the Recv completes with
+// it, as a slow Recv's withdrawal does (WithdrawRecvTensor).
+//
 // Not covered yet (they keep to RecvTensor): GPU destinations, string
 // tensors, producers whose data plane gets rather than sends (RC/DC RDMA),
-// transports without messages (verbs). A cancelled fast Recv does not
-// withdraw the producer's wait: its value, when it comes, is sent to a
-// receive that is gone (UCX keeps it unexpected until the endpoint goes).
+// transports without messages (verbs).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "core/cancellation.h"
 #include "control/fast_keys.h"
 #include "control/fast_path_wire.h"
 #include "control/recv_tensor_call.h"
@@ -85,6 +93,10 @@ class FastPath {
                                         std::shared_ptr<Buffer> landing, Detach detach,
                                         Done done);
 
+  // Withdrawals that found no waiting request are remembered, up to this
+  // many, so that a request overtaken by its withdrawal is refused.
+  static constexpr size_t kMaxEarlyWithdrawals = 4096;
+
   // Messages that arrived and were dropped: malformed, or naming an id or
   // a request this worker does not know.
   int64_t refused() const { return refused_.load(); }
@@ -98,10 +110,24 @@ class FastPath {
   // On the transport's progress thread.
   void OnMessage(absl::string_view message);
   void OnRequest(const FastRequest& request);
+  void OnWithdrawal(const FastWithdrawal& withdrawal);
   void OnNotice(const FastNotice& notice);
+  // A request waiting for its value at the producer, by (key id, step,
+  // request id): the id makes a withdrawal the key's consumer's only.
+  using ServedId = std::tuple<uint64_t, int64_t, uint64_t>;
+  struct ServedRequest {
+    CancellationManager cancel;  // withdraws the wait
+    std::atomic<bool> withdrawn{false};
+  };
+  // Registers the request's wait; null when it was withdrawn before it
+  // came, or is a repeat of one waiting.
+  std::shared_ptr<ServedRequest> StartServing(const FastRequest& request,
+                                              const std::string& consumer_address);
+  void StopServing(const ServedId& id);
+  void RememberEarlyWithdrawal(const ServedId& id);
   // The producer's part once the step has the value.
   void Answer(const FastRequest& request, const FastKeyIds::Entry& entry, const ParsedKey& key,
-              const absl::Status& status, const Tensor& value, bool is_dead);
+              const absl::Status& status, const Tensor& value, bool is_dead, bool withdrawn);
   // Sends `notice` to the consumer; what ends after the FastPath (a tagged
   // send's failure) may call it too.
   static void Notify(DataPlane* data_plane, const std::string& consumer_address,
@@ -119,6 +145,10 @@ class FastPath {
   std::atomic<int64_t> recvs_started_{0};
   std::atomic<int64_t> requests_served_{0};
   const std::shared_ptr<FastWaiting> waiting_ = std::make_shared<FastWaiting>();
+  std::mutex serving_mu_;
+  absl::flat_hash_map<ServedId, std::shared_ptr<ServedRequest>> serving_;  // serving_mu_
+  absl::flat_hash_set<ServedId> early_withdrawals_;                        // serving_mu_
+  std::deque<ServedId> early_withdrawal_order_;  // serving_mu_: oldest first
 };
 
 // One fast-path Recv (the consumer's side).
@@ -134,10 +164,17 @@ class FastRecvCall final : public AbortableCall,
   void Start();
   // Safe under the caller's locks: nothing here finishes the Recv.
   void Abort(const absl::Status& status) override;
+  // Withdraws the request at the producer; the Recv ends with `status` once
+  // the producer says it took no value for it, or with the value it took.
+  // Safe under the caller's locks.
+  void Cancel(const absl::Status& status) override;
   // The producer's notice (on the progress thread).
   void Told(const FastNotice& notice);
 
  private:
+  // Sends the producer `message`; a transport that cannot reach it aborts
+  // the Recv (nothing can come from it either).
+  void SendToProducer(std::string message, absl::string_view what);
   void TransferDone(absl::Status status);
   void Complete(absl::Status status, Tensor tensor, bool is_dead);
   // The value changed: a fetch_held RecvTensor brings it.
@@ -161,6 +198,8 @@ class FastRecvCall final : public AbortableCall,
   std::mutex mu_;
   std::shared_ptr<SideTransfer> transfer_;  // mu_
   absl::Status ended_by_;                   // mu_: abort, or a failed notice
+  absl::Status cancelled_;                  // mu_: the first Cancel's status
+  bool requested_ = false;                  // mu_: the request is on its way
   bool dead_ = false;                       // mu_
   bool changed_ = false;                    // mu_
 };

@@ -26,6 +26,13 @@ struct RequestWire {
   int64_t dims[kFastPathMaxDims];
 };
 
+struct WithdrawalWire {
+  Header header;
+  uint64_t key_id;
+  int64_t step_id;
+  uint64_t request_id;
+};
+
 struct NoticeWire {
   Header header;
   uint64_t request_id;
@@ -72,6 +79,15 @@ std::string EncodeFastRequest(const FastRequest& request) {
   return Bytes(wire);
 }
 
+std::string EncodeFastWithdrawal(const FastWithdrawal& withdrawal) {
+  WithdrawalWire wire{};
+  wire.header = {kFastPathMagic, kFastPathVersion, static_cast<uint16_t>(FastKind::kWithdraw)};
+  wire.key_id = withdrawal.key_id;
+  wire.step_id = withdrawal.step_id;
+  wire.request_id = withdrawal.request_id;
+  return Bytes(wire);
+}
+
 std::string EncodeFastNotice(const FastNotice& notice) {
   NoticeWire wire{};
   wire.header = {kFastPathMagic, kFastPathVersion, static_cast<uint16_t>(FastKind::kNotice)};
@@ -104,8 +120,8 @@ absl::StatusOr<FastKind> PeekFastKind(absl::string_view message) {
                                                    header.version, "; this worker speaks ",
                                                    kFastPathVersion));
   }
-  if (header.kind != static_cast<uint16_t>(FastKind::kRequest) &&
-      header.kind != static_cast<uint16_t>(FastKind::kNotice)) {
+  if (header.kind < static_cast<uint16_t>(FastKind::kRequest) ||
+      header.kind > static_cast<uint16_t>(FastKind::kWithdraw)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a fast-path message of unknown kind ", header.kind));
   }
@@ -130,11 +146,17 @@ absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message) {
   return request;
 }
 
+absl::StatusOr<FastWithdrawal> DecodeFastWithdrawal(absl::string_view message) {
+  absl::StatusOr<WithdrawalWire> wire = Read<WithdrawalWire>(message, FastKind::kWithdraw);
+  if (!wire.ok()) return wire.status();
+  return FastWithdrawal{wire->key_id, wire->step_id, wire->request_id};
+}
+
 absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message) {
   absl::StatusOr<NoticeWire> wire = Read<NoticeWire>(message, FastKind::kNotice);
   if (!wire.ok()) return wire.status();
   if (wire->kind < static_cast<uint16_t>(FastNoticeKind::kDead) ||
-      wire->kind > static_cast<uint16_t>(FastNoticeKind::kFailed) ||
+      wire->kind > static_cast<uint16_t>(FastNoticeKind::kWithdrawn) ||
       wire->text_length > kMaxNoticeText) {
     return absl::InvalidArgumentError("a fast-path notice of unknown kind or length");
   }

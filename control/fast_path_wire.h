@@ -1,7 +1,8 @@
-// The fast path's two messages, as they travel through the data plane's
+// The fast path's messages, as they travel through the data plane's
 // transport (plugin ABI v3 messages): a consumer's request for the next
-// value of a key it received before, and a producer's notice when that
-// value cannot come as the consumer expects it. Fixed-size, little-endian
+// value of a key it received before, its withdrawal of a request it no
+// longer waits for, and a producer's notice when that value cannot come as
+// the consumer expects it. Fixed-size, little-endian
 // as the host (workers of one cluster share an architecture, as the data
 // plane's blobs already assume). Anything that arrives is untrusted until
 // Decode* has checked its size, magic, version, kind and bounds.
@@ -16,12 +17,13 @@
 namespace rdv::control {
 
 inline constexpr uint32_t kFastPathMagic = 0x46564452;  // "RDVF"
-inline constexpr uint16_t kFastPathVersion = 1;
+inline constexpr uint16_t kFastPathVersion = 2;
 inline constexpr int kFastPathMaxDims = 8;
 
 enum class FastKind : uint16_t {
   kRequest = 1,  // consumer -> producer
   kNotice = 2,   // producer -> consumer
+  kWithdraw = 3, // consumer -> producer
 };
 
 // What the producer says instead of sending the bytes.
@@ -29,6 +31,7 @@ enum class FastNoticeKind : uint16_t {
   kDead = 1,     // the value is dead: the Recv ends with is_dead
   kChanged = 2,  // dtype or shape changed: held for a fetch_held RecvTensor
   kFailed = 3,   // the Recv fails with `code` and `message`
+  kWithdrawn = 4,  // the request was withdrawn before it took a value
 };
 
 // "Send me the next value of the key you gave me `key_id` for, in step
@@ -43,6 +46,14 @@ struct FastRequest {
   int64_t dims[kFastPathMaxDims] = {};
 };
 
+// "I no longer wait for request `request_id` of the key you gave me
+// `key_id` for, in step `step_id`: give its value to the next request."
+struct FastWithdrawal {
+  uint64_t key_id = 0;
+  int64_t step_id = 0;
+  uint64_t request_id = 0;
+};
+
 struct FastNotice {
   uint64_t request_id = 0;
   FastNoticeKind kind = FastNoticeKind::kFailed;
@@ -52,11 +63,13 @@ struct FastNotice {
 inline constexpr size_t kMaxNoticeText = 400;
 
 std::string EncodeFastRequest(const FastRequest& request);
+std::string EncodeFastWithdrawal(const FastWithdrawal& withdrawal);
 std::string EncodeFastNotice(const FastNotice& notice);
 
 // The kind of a message, or INVALID_ARGUMENT naming what is wrong with it.
 absl::StatusOr<FastKind> PeekFastKind(absl::string_view message);
 absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message);
+absl::StatusOr<FastWithdrawal> DecodeFastWithdrawal(absl::string_view message);
 absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message);
 
 }  // namespace rdv::control

@@ -21,6 +21,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
   }
+  if (absl::StatusOr<FastWithdrawal> withdrawal = DecodeFastWithdrawal(message); withdrawal.ok()) {
+    absl::StatusOr<FastWithdrawal> again = DecodeFastWithdrawal(EncodeFastWithdrawal(*withdrawal));
+    if (!again.ok() || again->key_id != withdrawal->key_id ||
+        again->step_id != withdrawal->step_id || again->request_id != withdrawal->request_id) {
+      std::abort();
+    }
+  }
   if (absl::StatusOr<FastNotice> notice = DecodeFastNotice(message); notice.ok()) {
     if (notice->message.size() > kMaxNoticeText || notice->code <= 0 || notice->code > 16) {
       std::abort();

@@ -1,4 +1,4 @@
-// The fast path's two messages: what one side encodes the other decodes,
+// The fast path's messages: what one side encodes the other decodes,
 // and anything else is refused with a reason before it is used.
 #include "control/fast_path_wire.h"
 
@@ -31,6 +31,18 @@ TEST(FastPathWireTest, ARequestArrivesAsSent) {
   EXPECT_FALSE(DecodeFastNotice(bytes).ok()) << "a request is not a notice";
 }
 
+TEST(FastPathWireTest, AWithdrawalArrivesAsSent) {
+  const std::string bytes = EncodeFastWithdrawal({0xfeedull, 12, 34});
+  ASSERT_EQ(*PeekFastKind(bytes), FastKind::kWithdraw);
+  absl::StatusOr<FastWithdrawal> decoded = DecodeFastWithdrawal(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->key_id, 0xfeedull);
+  EXPECT_EQ(decoded->step_id, 12);
+  EXPECT_EQ(decoded->request_id, 34u);
+  EXPECT_FALSE(DecodeFastRequest(bytes).ok()) << "a withdrawal is not a request";
+  EXPECT_FALSE(DecodeFastWithdrawal(bytes.substr(0, bytes.size() - 1)).ok());
+}
+
 TEST(FastPathWireTest, ANoticeArrivesAsSentAndItsTextIsBounded) {
   FastNotice notice;
   notice.request_id = 9;
@@ -50,6 +62,9 @@ TEST(FastPathWireTest, AnythingElseIsRefusedWithAReason) {
   request.num_dims = 1;
   std::string bytes = EncodeFastRequest(request);
   EXPECT_TRUE(absl::StrContains(PeekFastKind("RDV").status().message(), "too short"));
+  std::string unknown_kind = bytes;
+  unknown_kind[6] = 4;
+  EXPECT_TRUE(absl::StrContains(PeekFastKind(unknown_kind).status().message(), "unknown kind"));
   std::string wrong_magic = bytes;
   wrong_magic[0] = 'X';
   EXPECT_TRUE(absl::StrContains(DecodeFastRequest(wrong_magic).status().message(), "magic"));
@@ -62,6 +77,8 @@ TEST(FastPathWireTest, AnythingElseIsRefusedWithAReason) {
   EXPECT_TRUE(absl::StrContains(DecodeFastRequest(EncodeFastRequest(request)).status().message(),
                                 "dimensions"));
   FastNotice notice;
+  notice.kind = FastNoticeKind::kWithdrawn;
+  EXPECT_EQ(DecodeFastNotice(EncodeFastNotice(notice))->kind, FastNoticeKind::kWithdrawn);
   notice.kind = static_cast<FastNoticeKind>(42);
   EXPECT_FALSE(DecodeFastNotice(EncodeFastNotice(notice)).ok());
   notice.kind = FastNoticeKind::kFailed;

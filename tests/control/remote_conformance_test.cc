@@ -261,9 +261,6 @@ TEST_P(RemoteConformanceTest, StatsCountWhatMovedAndHow) {
 // its request waits at the producer (the pause only makes that order
 // likely; the outcome must not depend on it).
 TEST_P(RemoteConformanceTest, CancelledRecvIsWithdrawnAtTheProducer) {
-  if (GetParam().fast_path) {
-    GTEST_SKIP() << "issue 19: a cancelled fast-path Recv is not withdrawn at the producer yet";
-  }
   for (int64_t step = 2700; step < 2720; ++step) {
     const ParsedKey key = Key("cancelled");
     CancellationManager cancel;

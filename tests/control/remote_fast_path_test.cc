@@ -159,6 +159,59 @@ TEST_P(RemoteConformanceTest, FastPathRecvEndsByAbortTimeoutAndCancel) {
   ExpectPattern(74, key, 9, 32);
 }
 
+// A fast Recv that times out or is cancelled is withdrawn at the producer
+// before it ends: the values sent after it go to the next Recvs, in order.
+// A withdrawal that crosses its value loses nothing either: the Recv ends
+// with the value, or the value waits for the next Recv.
+TEST_P(RemoteConformanceTest, FastPathWithdrawnRecvLosesNoValue) {
+  RDV_SKIP_UNLESS_FAST_PATH();
+  constexpr int64_t kStep = 76;
+  const ParsedKey key = Key("withdrawn");
+  ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, 1)}).ok());
+  ExpectPattern(kStep, key, 1, 32);
+  const double producer_refused =
+      CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total");
+  const int64_t fast_before = consumer_->fast_path()->recvs_started();
+  Tensor value;
+  bool is_dead = false;
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(Recv(kStep, key, &value, &is_dead, absl::Milliseconds(20)).code(),
+              absl::StatusCode::kDeadlineExceeded);
+    CancellationManager cancel;
+    RendezvousArgs args;
+    args.cancellation_manager = &cancel;
+    RecvResult cancelled;
+    consumer_->rendezvous_mgr().Find(kStep)->RecvAsync(key, args, cancelled.Capture());
+    cancel.StartCancel();
+    ASSERT_TRUE(cancelled.Wait());
+    EXPECT_EQ(cancelled.status.code(), absl::StatusCode::kCancelled) << cancelled.status;
+  }
+  EXPECT_EQ(consumer_->fast_path()->recvs_started() - fast_before, 10);
+  for (uint32_t seed = 2; seed <= 4; ++seed) {
+    ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, seed)}).ok());
+  }
+  for (uint32_t seed = 2; seed <= 4; ++seed) ExpectPattern(kStep, key, seed, 32);
+  for (uint32_t seed = 10; seed < 30; ++seed) {
+    ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, seed)}).ok());
+    CancellationManager cancel;
+    RendezvousArgs args;
+    args.cancellation_manager = &cancel;
+    RecvResult crossed;
+    consumer_->rendezvous_mgr().Find(kStep)->RecvAsync(key, args, crossed.Capture());
+    cancel.StartCancel();
+    ASSERT_TRUE(crossed.Wait());
+    if (crossed.status.ok()) {
+      EXPECT_TRUE(VerifyPattern(crossed.value, seed).ok()) << seed;
+      continue;
+    }
+    EXPECT_EQ(crossed.status.code(), absl::StatusCode::kCancelled) << crossed.status;
+    ExpectPattern(kStep, key, seed, 32);
+  }
+  EXPECT_EQ(CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total"),
+            producer_refused);
+  EXPECT_EQ(consumer_->fast_path()->refused(), 0);
+}
+
 // The producer dies while a fast Recv waits: UNAVAILABLE within the peer
 // timeout (its PeerWatch), never a hang.
 TEST_P(RemoteConformanceTest, FastPathProducerDeathFailsTheRecv) {
