@@ -132,10 +132,16 @@ StepResult GraphSession::RunStep(int64_t step_id, absl::Duration timeout) {
     RunGraphResponse response;
     absl::Status status;
   };
+  // Shared with the callbacks: a callback may still be leaving (unlocking)
+  // after the last answer lets this function return.
+  struct Answers {
+    std::mutex mu;
+    size_t count = 0;  // mu
+    size_t expected = 0;
+    Notification all;
+  };
   std::map<std::string, std::unique_ptr<Call>> calls;
-  std::mutex mu;
-  size_t answered = 0;
-  Notification all_answered;
+  auto answers = std::make_shared<Answers>();
   const absl::Time start = absl::Now();
   for (const auto& [worker, handle] : handles_) {
     auto call = std::make_unique<Call>();
@@ -145,21 +151,27 @@ StepResult GraphSession::RunStep(int64_t step_id, absl::Duration timeout) {
     for (const std::string& fetch : worker_fetches_[worker]) call->request.add_fetches(fetch);
     calls[worker] = std::move(call);
   }
+  answers->expected = calls.size();
   for (auto& [worker, call] : calls) {
     Call* raw = call.get();
-    workers_[worker]->stub()->async()->RunGraph(
+    Worker* const target = workers_[worker].get();
+    target->stub()->async()->RunGraph(
         &raw->context, &raw->request, &raw->response,
-        [&, raw, worker = worker](grpc::Status status) {
-          raw->status = workers_.at(worker)->Annotate(FromGrpcStatus(status));
-          std::lock_guard lock(mu);
-          if (++answered == calls.size()) all_answered.Notify();
+        [answers, raw, target](grpc::Status status) {
+          raw->status = target->Annotate(FromGrpcStatus(status));
+          bool last = false;
+          {
+            std::lock_guard lock(answers->mu);
+            last = ++answers->count == answers->expected;
+          }
+          if (last) answers->all.Notify();
         });
   }
   // Every call has a deadline, so gRPC answers each; the margin covers its
   // own delay in doing so.
-  if (!calls.empty() && !all_answered.WaitForNotificationWithTimeout(timeout + absl::Seconds(30))) {
+  if (!calls.empty() && !answers->all.WaitForNotificationWithTimeout(timeout + absl::Seconds(30))) {
     for (auto& [worker, call] : calls) call->context.TryCancel();
-    all_answered.WaitForNotification();
+    answers->all.WaitForNotification();
   }
   StepResult result;
   result.took = absl::Now() - start;
