@@ -10,7 +10,9 @@ Each round runs every backend once, in turn, so that a busy moment of the
 machine hits them all. "grpc+ucx:shm" is grpc+ucx over shared memory
 (UCX_TLS=posix,cma,self; plain grpc+ucx goes over tcp, docs/configuration.md);
 a ":nofast" suffix turns the fast path off (RDV_FAST_PATH=0), as in
-"grpc+ucx:shm:nofast", to compare it with the default in the same run.
+"grpc+ucx:shm:nofast", to compare it with the default in the same run, and
+a ":NAME=VALUE" suffix sets that variable in both ranks, as in
+"grpc+ucx:shm:UCX_RNDV_THRESH=64K".
 A run is a ping-pong: rank 0 sends SIZE bytes with
 dist.send, rank 1 receives them with dist.recv into a preallocated tensor
 and sends them back; one-way time is half a round trip (as osu_latency).
@@ -65,6 +67,10 @@ def rank_main(backend, rank, store, sizes):
             os.environ["UCX_TLS"] = "posix,cma,self"
         if "nofast" in settings:
             os.environ["RDV_FAST_PATH"] = "0"
+        for setting in settings:
+            name, equals, value = setting.partition("=")
+            if equals:
+                os.environ[name] = value
     dist.init_process_group("gloo" if backend == "gloo" else "rdv", rank=rank, world_size=2,
                             init_method=f"file://{store}",
                             timeout=datetime.timedelta(seconds=120))

@@ -42,9 +42,8 @@ struct ControlOptions {
   // A Recv of a key this worker received from the same producer before asks
   // for it through the data plane's messages, with no RecvTensor call
   // (control/fast_path.h). Needs a transport that carries messages on both
-  // sides; others keep to RecvTensor. RDV_FAST_PATH (0 or 1; 0 until it has
-  // run in CI long enough to be the default).
-  bool fast_path = false;
+  // sides; others keep to RecvTensor. RDV_FAST_PATH (0 or 1).
+  bool fast_path = true;
 
   // `defaults` overridden by the environment; INVALID_ARGUMENT naming the
   // variable when a value does not parse or is out of range.

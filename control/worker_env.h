@@ -25,7 +25,7 @@ struct WorkerEnv {
   // The transport's data plane; null for protocol grpc.
   DataPlane* data_plane = nullptr;
   // Recvs of known keys without RecvTensor (control/fast_path.h); null
-  // unless RDV_FAST_PATH and a data plane that carries messages.
+  // when RDV_FAST_PATH=0 or the data plane carries no messages.
   FastPath* fast_path = nullptr;
   // What this worker moved (control/worker_stats.h); never null.
   WorkerStats* stats = nullptr;

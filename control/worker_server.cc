@@ -180,9 +180,9 @@ class WorkerServer::Impl {
   void Shutdown();
   void StartFastPath() {
     if (!data_plane_->carries_messages()) {
-      RDV_LOG(Warning) << "RDV_FAST_PATH=1: transport " << data_plane_->transport().name()
-                       << " carries no messages (" << data_plane_->transport().description()
-                       << "); every Recv takes RecvTensor";
+      RDV_LOG(Info) << "fast path off: transport " << data_plane_->transport().name()
+                    << " carries no messages (" << data_plane_->transport().description()
+                    << "); every Recv takes RecvTensor";
       return;
     }
     fast_path_ = std::make_unique<FastPath>(env_, rendezvous_mgr_, tensors_);

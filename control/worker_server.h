@@ -70,8 +70,8 @@ class WorkerServer {
   void SetPeerAddress(absl::string_view job, int task, std::string address);
   // Null for protocol grpc.
   DataPlane* data_plane();
-  // Recvs of known keys without RecvTensor; null unless RDV_FAST_PATH is on
-  // and the transport carries messages (control/fast_path.h).
+  // Recvs of known keys without RecvTensor; null when RDV_FAST_PATH=0 or
+  // the transport carries no messages (control/fast_path.h).
   FastPath* fast_path();
 
   // What this worker moved since it started, in Prometheus' text format

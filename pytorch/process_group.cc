@@ -56,12 +56,8 @@ absl::Status CheckListenAddress(const std::string& address) {
 }
 
 absl::StatusOr<control::WorkerServerOptions> OptionsFor(int rank) {
-  // The fast path is on unless RDV_FAST_PATH=0: every channel is a
-  // recurring key.
-  control::WorkerServerOptions defaults;
-  defaults.control.fast_path = true;
   RDV_ASSIGN_OR_RETURN(control::WorkerServerOptions options,
-                       control::WorkerServerOptions::FromEnvironment(std::move(defaults)));
+                       control::WorkerServerOptions::FromEnvironment());
   options.job = kJob;
   options.task = rank;
   options.protocol = "grpc";

@@ -18,26 +18,27 @@ TEST(WorkerOptionsTest, FromEnvironmentFillsControlAndDataPlaneOptions) {
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->control.peer_timeout, absl::Milliseconds(1234));
   EXPECT_EQ(options->data_plane.inline_bytes, 99u);
+  EXPECT_TRUE(options->control.fast_path) << "the fast path is on by default";
 }
 
-// An embedder's defaults (the torch backend turns the fast path on) hold
-// where the environment is silent, and yield where it speaks.
+// An embedder's defaults hold where the environment is silent, and yield
+// where it speaks.
 TEST(WorkerOptionsTest, TheEnvironmentOverridesTheCallersDefaults) {
   WorkerServerOptions defaults;
-  defaults.control.fast_path = true;
+  defaults.control.fast_path = false;
   defaults.data_plane.inline_bytes = 77;
   unsetenv("RDV_FAST_PATH");
   absl::StatusOr<WorkerServerOptions> kept = WorkerServerOptions::FromEnvironment(defaults);
   ASSERT_TRUE(kept.ok()) << kept.status();
-  EXPECT_TRUE(kept->control.fast_path);
+  EXPECT_FALSE(kept->control.fast_path);
   EXPECT_EQ(kept->data_plane.inline_bytes, 77u);
-  setenv("RDV_FAST_PATH", "0", 1);
+  setenv("RDV_FAST_PATH", "1", 1);
   setenv("RDV_INLINE_BYTES", "99", 1);
   absl::StatusOr<WorkerServerOptions> overridden = WorkerServerOptions::FromEnvironment(defaults);
   unsetenv("RDV_FAST_PATH");
   unsetenv("RDV_INLINE_BYTES");
   ASSERT_TRUE(overridden.ok()) << overridden.status();
-  EXPECT_FALSE(overridden->control.fast_path);
+  EXPECT_TRUE(overridden->control.fast_path);
   EXPECT_EQ(overridden->data_plane.inline_bytes, 99u);
 }
 
