@@ -55,6 +55,7 @@ struct Context {
   ucp_worker_h worker = nullptr;
   int event_fd = -1;
   bool busy_poll = false;
+  bool peer_failure_handling = true;  // UcxSettings::peer_failure_handling
   std::atomic<bool> stop{false};
   std::thread progress;
   plugin_support::PluginLog log;  // the host's logger

@@ -36,13 +36,17 @@ int Connect(rdv_transport_context_t handle, const void* sealed_address, size_t l
   auto* endpoint = new Endpoint;
   endpoint->context = context;
   ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   params.address = static_cast<const ucp_address_t*>(peer_address);
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = OnEndpointError;
-  params.err_handler.arg = endpoint;
-  ucs_status_t status = ucp_ep_create(context->worker, &params, &endpoint->ep);
+  params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  ucs_status_t status = UCS_ERR_UNREACHABLE;
+  if (context->peer_failure_handling) {
+    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = OnEndpointError;
+    params.err_handler.arg = endpoint;
+    status = ucp_ep_create(context->worker, &params, &endpoint->ep);
+  }
   if (status == UCS_ERR_UNREACHABLE) {
     // UCX 1.13's shared-memory transports cannot report a lost peer; rdv
     // then learns of it from the control plane (gRPC keepalive) instead.
@@ -168,7 +172,9 @@ void Abort(rdv_transport_endpoint_t handle) {
     endpoint->keys.Clear();  // keys belong to the endpoint's ep
   }
   Context* context = endpoint->context;
-  context->log(1, "UCX endpoint aborted: its peer was lost");
+  // The host aborts for a lost peer (and says so with what was in flight)
+  // and for every endpoint when it stops: no warning of its own here.
+  context->log(2, "UCX endpoint aborted (its peer was lost, or this worker is stopping)");
   context->RunOnProgressThread([endpoint, ep] { ForceClose(endpoint, ep); });
 }
 

@@ -90,6 +90,17 @@ bool OnlyConfiningTransports(const TlsSetting& tls) {
 const std::vector<std::string> kMmTransports = {"posix", "sysv"};
 const std::vector<std::string> kMmAliases = {"sm", "shm", "mm"};
 
+// Whether UCX_TLS names transports within one host only: shared memory,
+// the kernel's and the devices' copies, and self.
+bool OnlySharedMemory(const TlsSetting& tls) {
+  if (tls.excluding || tls.names.empty()) return false;
+  const std::vector<std::string> local = {"posix", "sysv", "sm", "shm", "mm", "cma",
+                                          "knem", "xpmem", "self"};
+  return std::all_of(tls.names.begin(), tls.names.end(), [&](const std::string& name) {
+    return std::find(local.begin(), local.end(), name) != local.end();
+  });
+}
+
 // A UCX default rdv changes for its traffic, only where the user has set
 // none of `user_variables` and UCX will open a transport that reads it
 // (UCX warns of a setting no interface takes). UCX takes it by `key`, the
@@ -143,6 +154,7 @@ int ReadSettings(const rdv_transport_init_params_t* params, UcxSettings* setting
   settings->busy_poll = progress == 1;
   const bool get = op == 1 || (op == 0 && OnlyConfiningTransports(ParseTls(settings->tls)));
   settings->preferred_op = get ? RDV_TRANSPORT_OP_GET : RDV_TRANSPORT_OP_TAG;
+  settings->peer_failure_handling = !OnlySharedMemory(ParseTls(settings->tls));
   return RDV_TRANSPORT_OK;
 }
 

@@ -21,6 +21,10 @@ struct UcxSettings {
   bool tls_given = false;
   uint32_t preferred_op = RDV_TRANSPORT_OP_GET;
   bool busy_poll = false;
+  // False when the tls names only shared-memory transports, which cannot
+  // report a lost peer in UCX 1.13: endpoints then ask for no peer-failure
+  // handling (asking first makes UCX log an error per endpoint).
+  bool peer_failure_handling = true;
 };
 
 // Reads init's settings; INVALID_ARGUMENT naming a setting it cannot take.

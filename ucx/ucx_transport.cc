@@ -81,6 +81,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
   auto* context = new Context;
   context->log.Configure(params);
   context->busy_poll = settings.busy_poll;
+  context->peer_failure_handling = settings.peer_failure_handling;
   context->preferred_op = settings.preferred_op;
   if (params != nullptr && (params->field_mask & RDV_TRANSPORT_INIT_FIELD_MESSAGES)) {
     context->on_message = params->on_message;
