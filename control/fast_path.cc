@@ -63,7 +63,8 @@ void FastPath::AppendStats(GetStatsResponse* response) const {
   for (const auto& [name, value] :
        {std::pair{"rdv_fast_path_messages_refused_total", refused()},
         std::pair{"rdv_fast_path_recvs_started_total", recvs_started()},
-        std::pair{"rdv_fast_path_requests_served_total", requests_served()}}) {
+        std::pair{"rdv_fast_path_requests_served_total", requests_served()},
+        std::pair{"rdv_fast_path_requests_overflowed_total", requests_overflowed()}}) {
     StatsCounter* counter = response->add_counters();
     counter->set_name(name);
     counter->set_value(static_cast<double>(value));
@@ -103,11 +104,13 @@ std::shared_ptr<FastPath::ServedRequest> FastPath::StartServing(
     const FastRequest& request, const std::string& consumer_address) {
   const ServedId id{request.key_id, request.step_id, request.request_id};
   bool withdrawn_early = false;
+  bool full = false;
   std::shared_ptr<ServedRequest> served;
   {
     std::lock_guard lock(serving_mu_);
     withdrawn_early = early_withdrawals_.erase(id) > 0;
-    if (!withdrawn_early) {
+    full = serving_.size() >= kMaxWaitingRequests;
+    if (!withdrawn_early && !full) {
       auto [it, inserted] = serving_.try_emplace(id);
       if (inserted) served = it->second = std::make_shared<ServedRequest>();
     }
@@ -116,6 +119,12 @@ std::shared_ptr<FastPath::ServedRequest> FastPath::StartServing(
     RDV_LOG(Debug) << "fast path: request " << request.request_id << " came after its withdrawal";
     Notify(env_.data_plane, consumer_address,
            FastNotice{request.request_id, FastNoticeKind::kWithdrawn, 0, ""});
+  } else if (full) {
+    requests_overflowed_.fetch_add(1);
+    RDV_LOG(Debug) << "fast path: request " << request.request_id << " sent to RecvTensor ("
+                   << kMaxWaitingRequests << " wait already)";
+    Notify(env_.data_plane, consumer_address,
+           FastNotice{request.request_id, FastNoticeKind::kSlowPath, 0, ""});
   } else if (served == nullptr) {
     Refuse(absl::AlreadyExistsError("a request repeating one that waits"));
   }
@@ -301,6 +310,7 @@ void FastRecvCall::Cancel(const absl::Status& status) {
     if (!cancelled_.ok()) return;
     cancelled_ = status;
     requested = requested_;
+    if (slow_call_ != nullptr) return slow_call_->Cancel(status);
   }
   if (!requested) return Abort(status);
   RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' withdrawing";
@@ -313,6 +323,8 @@ void FastRecvCall::Abort(const absl::Status& status) {
     std::lock_guard lock(mu_);
     if (ended_by_.ok()) ended_by_ = status;
     transfer = transfer_;
+    // Under the lock: its detach (which takes it) ends this pointer.
+    if (slow_call_ != nullptr) slow_call_->Abort(status);
   }
   if (transfer != nullptr) transfer->Cancel();
 }
@@ -323,6 +335,7 @@ void FastRecvCall::Told(const FastNotice& notice) {
     std::lock_guard lock(mu_);
     dead_ = notice.kind == FastNoticeKind::kDead;
     changed_ = notice.kind == FastNoticeKind::kChanged;
+    sent_slow_ = notice.kind == FastNoticeKind::kSlowPath;
     if (notice.kind == FastNoticeKind::kFailed && ended_by_.ok()) {
       ended_by_ = absl::Status(static_cast<absl::StatusCode>(notice.code), notice.message);
     }
@@ -344,12 +357,13 @@ void FastRecvCall::Unregister() {
 void FastRecvCall::TransferDone(absl::Status status) {
   Unregister();
   RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' ended: " << status;
-  bool dead = false, changed = false;
+  bool dead = false, changed = false, slow = false;
   absl::Status ended_by;
   {
     std::lock_guard lock(mu_);
     dead = dead_;
     changed = changed_;
+    slow = sent_slow_;
     ended_by = ended_by_;
     transfer_.reset();
   }
@@ -360,19 +374,32 @@ void FastRecvCall::TransferDone(absl::Status status) {
   if (status.ok()) return Complete(absl::OkStatus(), std::move(destination_), false);
   destination_ = Tensor();
   if (dead) return Complete(absl::OkStatus(), Tensor(), true);
-  if (changed) return FetchChanged();
+  if (changed || slow) return FetchBySlowPath(changed);
   Complete(std::move(status), Tensor(), false);
 }
 
-void FastRecvCall::FetchChanged() {
-  // The fetch is a RecvTensor call of its own, bounded as any: this call
-  // leaves the rendezvous' watch first.
-  std::move(detach_)(this);
-  fallback_.set_fetch_held(true);
-  auto* call = new RecvTensorCall(std::move(worker_), data_plane_,
-                                  std::move(fallback_), MemoryLocation::Host(),
-                                  [](AbortableCall*) {}, std::move(done_));
+void FastRecvCall::FetchBySlowPath(bool held) {
+  // A RecvTensor call of its own, bounded as any. This call stays hooked to
+  // the rendezvous and passes an abort or a cancellation on to it.
+  fallback_.set_fetch_held(held);
+  std::shared_ptr<FastRecvCall> self = shared_from_this();
+  auto* call = new RecvTensorCall(
+      std::move(worker_), data_plane_, std::move(fallback_), MemoryLocation::Host(),
+      [self](AbortableCall*) {
+        std::lock_guard lock(self->mu_);
+        self->slow_call_ = nullptr;
+      },
+      [self](absl::Status status, Tensor tensor, bool is_dead) {
+        self->Complete(std::move(status), std::move(tensor), is_dead);
+      });
+  {
+    std::lock_guard lock(mu_);
+    slow_call_ = call;
+  }
   call->Start();
+  // A cancellation that came while the fast request was answered.
+  std::lock_guard lock(mu_);
+  if (!cancelled_.ok() && slow_call_ != nullptr) slow_call_->Cancel(cancelled_);
 }
 
 void FastRecvCall::Complete(absl::Status status, Tensor tensor, bool is_dead) {

@@ -16,6 +16,9 @@
 //      and the consumer fetches it by a fetch_held RecvTensor, and learns
 //      the new shape), or failed (the Recv fails with the producer's
 //      status).
+// A producer keeps at most kMaxWaitingRequests requests waiting for values;
+// past that it answers "slow path", and the Recv asks by RecvTensor as if
+// the key were new, so what any consumer sends holds bounded memory here.
 // The destination is the Recv's landing buffer (RendezvousArgs::landing)
 // when it has the value's size, else the transport's memory.
 // The tagged receive is a SideTransfer: bounded by the producer's life
@@ -96,6 +99,8 @@ class FastPath {
   // Withdrawals that found no waiting request are remembered, up to this
   // many, so that a request overtaken by its withdrawal is refused.
   static constexpr size_t kMaxEarlyWithdrawals = 4096;
+  // Requests waiting for their values at once, from all consumers.
+  static constexpr size_t kMaxWaitingRequests = 4096;
 
   // Messages that arrived and were dropped: malformed, or naming an id or
   // a request this worker does not know.
@@ -103,7 +108,9 @@ class FastPath {
   // Fast Recvs this worker started, and requests it answered.
   int64_t recvs_started() const { return recvs_started_.load(); }
   int64_t requests_served() const { return requests_served_.load(); }
-  // The three above as GetStats counters (rdv_fast_path_*).
+  // Requests past kMaxWaitingRequests, sent to RecvTensor.
+  int64_t requests_overflowed() const { return requests_overflowed_.load(); }
+  // The four above as GetStats counters (rdv_fast_path_*).
   void AppendStats(GetStatsResponse* response) const;
 
  private:
@@ -120,7 +127,7 @@ class FastPath {
     std::atomic<bool> withdrawn{false};
   };
   // Registers the request's wait; null when it was withdrawn before it
-  // came, or is a repeat of one waiting.
+  // came, is a repeat of one waiting, or too many wait (each answered).
   std::shared_ptr<ServedRequest> StartServing(const FastRequest& request,
                                               const std::string& consumer_address);
   void StopServing(const ServedId& id);
@@ -144,6 +151,7 @@ class FastPath {
   std::atomic<int64_t> refused_{0};
   std::atomic<int64_t> recvs_started_{0};
   std::atomic<int64_t> requests_served_{0};
+  std::atomic<int64_t> requests_overflowed_{0};
   const std::shared_ptr<FastWaiting> waiting_ = std::make_shared<FastWaiting>();
   std::mutex serving_mu_;
   absl::flat_hash_map<ServedId, std::shared_ptr<ServedRequest>> serving_;  // serving_mu_
@@ -177,8 +185,9 @@ class FastRecvCall final : public AbortableCall,
   void SendToProducer(std::string message, absl::string_view what);
   void TransferDone(absl::Status status);
   void Complete(absl::Status status, Tensor tensor, bool is_dead);
-  // The value changed: a fetch_held RecvTensor brings it.
-  void FetchChanged();
+  // A RecvTensor call brings the value: the one held for this Recv when it
+  // changed (`held`), or the key's next, as for a new key.
+  void FetchBySlowPath(bool held);
 
   void Unregister();
 
@@ -202,6 +211,8 @@ class FastRecvCall final : public AbortableCall,
   bool requested_ = false;                  // mu_: the request is on its way
   bool dead_ = false;                       // mu_
   bool changed_ = false;                    // mu_
+  bool sent_slow_ = false;                  // mu_: told to take RecvTensor
+  RecvTensorCall* slow_call_ = nullptr;     // mu_: the RecvTensor it took
 };
 
 }  // namespace rdv::control

@@ -156,7 +156,7 @@ absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message) {
   absl::StatusOr<NoticeWire> wire = Read<NoticeWire>(message, FastKind::kNotice);
   if (!wire.ok()) return wire.status();
   if (wire->kind < static_cast<uint16_t>(FastNoticeKind::kDead) ||
-      wire->kind > static_cast<uint16_t>(FastNoticeKind::kWithdrawn) ||
+      wire->kind > static_cast<uint16_t>(FastNoticeKind::kSlowPath) ||
       wire->text_length > kMaxNoticeText) {
     return absl::InvalidArgumentError("a fast-path notice of unknown kind or length");
   }

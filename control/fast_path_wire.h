@@ -32,6 +32,7 @@ enum class FastNoticeKind : uint16_t {
   kChanged = 2,  // dtype or shape changed: held for a fetch_held RecvTensor
   kFailed = 3,   // the Recv fails with `code` and `message`
   kWithdrawn = 4,  // the request was withdrawn before it took a value
+  kSlowPath = 5,   // too many requests wait here: ask by RecvTensor instead
 };
 
 // "Send me the next value of the key you gave me `key_id` for, in step

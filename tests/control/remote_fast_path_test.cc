@@ -212,6 +212,55 @@ TEST_P(RemoteConformanceTest, FastPathWithdrawnRecvLosesNoValue) {
   EXPECT_EQ(consumer_->fast_path()->refused(), 0);
 }
 
+// A producer keeps at most FastPath::kMaxWaitingRequests requests waiting;
+// the Recvs past that are told to ask by RecvTensor, and every value still
+// arrives, right.
+TEST_P(RemoteConformanceTest, FastPathBoundsTheRequestsWaitingAtTheProducer) {
+  RDV_SKIP_UNLESS_FAST_PATH();
+  constexpr int64_t kStep = 77;
+  constexpr size_t kOver = 16;
+  constexpr size_t kRecvs = FastPath::kMaxWaitingRequests + kOver;
+  const ParsedKey key = Key("crowded");
+  ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, 1)}).ok());
+  ExpectPattern(kStep, key, 1, 32);
+  const GetStatsResponse before = StatsOf(producer_->address());
+  std::vector<RecvResult> results(kRecvs);
+  absl::Cleanup end_recvs = [&] {
+    consumer_->rendezvous_mgr().Find(kStep)->StartAbort(absl::AbortedError("the test ended"));
+    for (RecvResult& result : results) EXPECT_TRUE(result.Wait());
+  };
+  for (RecvResult& result : results) {
+    consumer_->rendezvous_mgr().Find(kStep)->RecvAsync(key, {}, result.Capture());
+  }
+  // Every request has reached the producer (and waits, or was sent to
+  // RecvTensor) before the values come, so that the bound is what it meets.
+  auto grew = [&](const GetStatsResponse& now, absl::string_view name) {
+    return CounterOf(now, name) - CounterOf(before, name);
+  };
+  ASSERT_TRUE(rdv::testing::PollUntil([&] {
+    const GetStatsResponse now = StatsOf(producer_->address());
+    return grew(now, "rdv_fast_path_requests_served_total") >= FastPath::kMaxWaitingRequests &&
+           grew(now, "rdv_fast_path_requests_overflowed_total") >= kOver;
+  }));
+  std::vector<ProduceItem> items(kRecvs, Item(key, DType::kFloat, {8}, 5));
+  ASSERT_TRUE(Produce(kStep, items).ok());
+  for (RecvResult& result : results) {
+    ASSERT_TRUE(result.Wait());
+    ASSERT_TRUE(result.status.ok()) << result.status;
+    EXPECT_TRUE(VerifyPattern(result.value, 5).ok());
+  }
+  const GetStatsResponse after = StatsOf(producer_->address());
+  auto sent = [&](absl::string_view path) {
+    return path.empty() ? CounterOf(after, "rdv_sent_transfers_total") -
+                              CounterOf(before, "rdv_sent_transfers_total")
+                        : CounterOf(after, "rdv_sent_transfers_total", "path", path) -
+                              CounterOf(before, "rdv_sent_transfers_total", "path", path);
+  };
+  EXPECT_EQ(sent(""), kRecvs);
+  EXPECT_EQ(sent("fast_path"), FastPath::kMaxWaitingRequests)
+      << "the requests past the bound took RecvTensor";
+}
+
 // The producer dies while a fast Recv waits: UNAVAILABLE within the peer
 // timeout (its PeerWatch), never a hang.
 TEST_P(RemoteConformanceTest, FastPathProducerDeathFailsTheRecv) {
