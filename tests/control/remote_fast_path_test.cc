@@ -14,6 +14,17 @@
 namespace rdv::control::remote_test {
 namespace {
 
+// Starts a Recv of `key` in `step` and cancels it at once; false when it
+// did not end within the test's wait limit.
+bool RecvThenCancel(Rendezvous& step, const ParsedKey& key, RecvResult* result) {
+  CancellationManager cancel;
+  RendezvousArgs args;
+  args.cancellation_manager = &cancel;
+  step.RecvAsync(key, args, result->Capture());
+  cancel.StartCancel();
+  return result->Wait();
+}
+
 #define RDV_SKIP_UNLESS_FAST_PATH()                                                \
   if (!GetParam().fast_path) GTEST_SKIP() << "the fast path is off in this setting"; \
   ASSERT_NE(consumer_->fast_path(), nullptr) << "RDV_FAST_PATH=1 and UCX: it should be on"
@@ -141,13 +152,8 @@ TEST_P(RemoteConformanceTest, FastPathRecvEndsByAbortTimeoutAndCancel) {
   bool is_dead = false;
   EXPECT_EQ(Recv(73, key, &value, &is_dead, absl::Milliseconds(50)).code(),
             absl::StatusCode::kDeadlineExceeded);
-  CancellationManager cancel;
-  RendezvousArgs args;
-  args.cancellation_manager = &cancel;
   RecvResult cancelled;
-  consumer_->rendezvous_mgr().Find(73)->RecvAsync(key, args, cancelled.Capture());
-  cancel.StartCancel();
-  ASSERT_TRUE(cancelled.Wait());
+  ASSERT_TRUE(RecvThenCancel(*consumer_->rendezvous_mgr().Find(73), key, &cancelled));
   EXPECT_EQ(cancelled.status.code(), absl::StatusCode::kCancelled) << cancelled.status;
   RecvResult aborted;
   consumer_->rendezvous_mgr().Find(73)->RecvAsync(key, {}, aborted.Capture());
@@ -177,13 +183,8 @@ TEST_P(RemoteConformanceTest, FastPathWithdrawnRecvLosesNoValue) {
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(Recv(kStep, key, &value, &is_dead, absl::Milliseconds(20)).code(),
               absl::StatusCode::kDeadlineExceeded);
-    CancellationManager cancel;
-    RendezvousArgs args;
-    args.cancellation_manager = &cancel;
     RecvResult cancelled;
-    consumer_->rendezvous_mgr().Find(kStep)->RecvAsync(key, args, cancelled.Capture());
-    cancel.StartCancel();
-    ASSERT_TRUE(cancelled.Wait());
+    ASSERT_TRUE(RecvThenCancel(*consumer_->rendezvous_mgr().Find(kStep), key, &cancelled));
     EXPECT_EQ(cancelled.status.code(), absl::StatusCode::kCancelled) << cancelled.status;
   }
   EXPECT_EQ(consumer_->fast_path()->recvs_started() - fast_before, 10);
@@ -193,13 +194,8 @@ TEST_P(RemoteConformanceTest, FastPathWithdrawnRecvLosesNoValue) {
   for (uint32_t seed = 2; seed <= 4; ++seed) ExpectPattern(kStep, key, seed, 32);
   for (uint32_t seed = 10; seed < 30; ++seed) {
     ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, seed)}).ok());
-    CancellationManager cancel;
-    RendezvousArgs args;
-    args.cancellation_manager = &cancel;
     RecvResult crossed;
-    consumer_->rendezvous_mgr().Find(kStep)->RecvAsync(key, args, crossed.Capture());
-    cancel.StartCancel();
-    ASSERT_TRUE(crossed.Wait());
+    ASSERT_TRUE(RecvThenCancel(*consumer_->rendezvous_mgr().Find(kStep), key, &crossed));
     if (crossed.status.ok()) {
       EXPECT_TRUE(VerifyPattern(crossed.value, seed).ok()) << seed;
       continue;
