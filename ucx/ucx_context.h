@@ -10,6 +10,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -55,6 +56,7 @@ struct Context {
   ucp_worker_h worker = nullptr;
   int event_fd = -1;
   bool busy_poll = false;
+  std::chrono::microseconds spin{0};  // UcxSettings::spin
   bool peer_failure_handling = true;  // UcxSettings::peer_failure_handling
   std::atomic<bool> stop{false};
   std::thread progress;

@@ -29,6 +29,9 @@ const rdv_transport_setting_info_t kSettings[] = {
      "tagged (tag); auto gets only over RC/DC"},
     {"progress", "RDV_UCX_PROGRESS", "wait",
      "wait or poll: the progress thread sleeps on the worker's event fd when idle, or spins"},
+    {"spin_us", "RDV_UCX_SPIN_US", "1000",
+     "with progress wait: microseconds the progress thread keeps polling (yielding the CPU "
+     "between polls) after its last work before it sleeps, 0 to 10000"},
 };
 
 // UCX_TLS as UCX reads it: a list of transport names, or of names to
@@ -143,15 +146,18 @@ int ReadSettings(const rdv_transport_init_params_t* params, UcxSettings* setting
                  rdv_transport_error_t* error) {
   PluginSettings given(kSettings, "ucx");
   int op = 0, progress = 0;
+  long spin_us = 0;
   int code = RDV_TRANSPORT_OK;
   if ((code = given.Configure(params, error)) ||
       (code = given.Choice("op", {"auto", "get", "tag"}, &op, error)) ||
-      (code = given.Choice("progress", {"wait", "poll"}, &progress, error))) {
+      (code = given.Choice("progress", {"wait", "poll"}, &progress, error)) ||
+      (code = given.Integer("spin_us", 0, 10000, &spin_us, error))) {
     return code;
   }
   settings->tls = given.Text("tls");
   settings->tls_given = given.Given("tls");
   settings->busy_poll = progress == 1;
+  settings->spin = std::chrono::microseconds(spin_us);
   const bool get = op == 1 || (op == 0 && OnlyConfiningTransports(ParseTls(settings->tls)));
   settings->preferred_op = get ? RDV_TRANSPORT_OP_GET : RDV_TRANSPORT_OP_TAG;
   settings->peer_failure_handling = !OnlySharedMemory(ParseTls(settings->tls));

@@ -3,6 +3,7 @@
 // tuned defaults, the segment sizes it refuses.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -21,6 +22,8 @@ struct UcxSettings {
   bool tls_given = false;
   uint32_t preferred_op = RDV_TRANSPORT_OP_GET;
   bool busy_poll = false;
+  // With wait: how long the progress thread polls after its last work.
+  std::chrono::microseconds spin{0};
   // False when the tls names only shared-memory transports, which cannot
   // report a lost peer in UCX 1.13: endpoints then ask for no peer-failure
   // handling (asking first makes UCX log an error per endpoint).

@@ -5,9 +5,11 @@
 // (UCX_TLS, UCX_NET_DEVICES, ...), read by ucp_config_read; the tls setting,
 // when given, wins over UCX_TLS.
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -53,10 +55,19 @@ namespace {
 
 void ProgressLoop(Context* context) {
   context->progress_id.store(std::this_thread::get_id(), std::memory_order_release);
+  auto last_work = std::chrono::steady_clock::now();
   while (!context->stop.load(std::memory_order_acquire)) {
     context->RunTasks();
     const unsigned progressed = ucp_worker_progress(context->worker);
-    if (progressed != 0 || !context->completions.empty() || context->busy_poll) continue;
+    if (progressed != 0 || !context->completions.empty() || context->busy_poll) {
+      if (context->spin.count() > 0) last_work = std::chrono::steady_clock::now();
+      continue;
+    }
+    // A reply often follows soon: polling a little longer spares a wake-up.
+    if (context->spin.count() > 0 && std::chrono::steady_clock::now() - last_work < context->spin) {
+      sched_yield();
+      continue;
+    }
     const ucs_status_t armed = ucp_worker_arm(context->worker);
     if (armed == UCS_ERR_BUSY) continue;
     if (armed != UCS_OK) {
@@ -81,6 +92,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
   auto* context = new Context;
   context->log.Configure(params);
   context->busy_poll = settings.busy_poll;
+  context->spin = settings.spin;
   context->peer_failure_handling = settings.peer_failure_handling;
   context->preferred_op = settings.preferred_op;
   if (params != nullptr && (params->field_mask & RDV_TRANSPORT_INIT_FIELD_MESSAGES)) {
@@ -135,6 +147,9 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
                          (settings.tls.empty() ? "(default)" : settings.tls) + ", " +
                          (context->preferred_op == RDV_TRANSPORT_OP_TAG ? "tagged" : "get") +
                          ", progress " + (context->busy_poll ? "poll" : "wait") +
+                         (context->spin.count() > 0 && !context->busy_poll
+                              ? " after " + std::to_string(context->spin.count()) + " us polling"
+                              : "") +
                          (context->cuda_memory ? ", CUDA memory" : ", host memory only") + tuned;
   context->log(2, "UCX transport: " + context->description);
   context->progress = std::thread(ProgressLoop, context);

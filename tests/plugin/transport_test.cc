@@ -78,7 +78,7 @@ TEST(TransportAbiTest, AV3PluginListsItsSettingsAndRefusesOthers) {
       EXPECT_EQ(setting.default_value, "auto");
     }
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"tls", "op", "progress"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"tls", "op", "progress", "spin_us"}));
   auto refused = Transport::Load("ucx", {{"colour", "blue"}});
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(refused.status().message(),
