@@ -42,6 +42,10 @@ struct NoticeWire {
   char text[kMaxNoticeText];
 };
 
+Header HeaderOf(FastKind kind) {
+  return {kFastPathMagic, kFastPathVersion, static_cast<uint16_t>(kind)};
+}
+
 template <typename Wire>
 std::string Bytes(const Wire& wire) {
   return std::string(reinterpret_cast<const char*>(&wire), sizeof(wire));
@@ -68,7 +72,7 @@ absl::StatusOr<Wire> Read(absl::string_view message, FastKind kind) {
 
 std::string EncodeFastRequest(const FastRequest& request) {
   RequestWire wire{};
-  wire.header = {kFastPathMagic, kFastPathVersion, static_cast<uint16_t>(FastKind::kRequest)};
+  wire.header = HeaderOf(FastKind::kRequest);
   wire.key_id = request.key_id;
   wire.step_id = request.step_id;
   wire.request_id = request.request_id;
@@ -81,7 +85,7 @@ std::string EncodeFastRequest(const FastRequest& request) {
 
 std::string EncodeFastWithdrawal(const FastWithdrawal& withdrawal) {
   WithdrawalWire wire{};
-  wire.header = {kFastPathMagic, kFastPathVersion, static_cast<uint16_t>(FastKind::kWithdraw)};
+  wire.header = HeaderOf(FastKind::kWithdraw);
   wire.key_id = withdrawal.key_id;
   wire.step_id = withdrawal.step_id;
   wire.request_id = withdrawal.request_id;
@@ -90,7 +94,7 @@ std::string EncodeFastWithdrawal(const FastWithdrawal& withdrawal) {
 
 std::string EncodeFastNotice(const FastNotice& notice) {
   NoticeWire wire{};
-  wire.header = {kFastPathMagic, kFastPathVersion, static_cast<uint16_t>(FastKind::kNotice)};
+  wire.header = HeaderOf(FastKind::kNotice);
   wire.request_id = notice.request_id;
   wire.kind = static_cast<uint16_t>(notice.kind);
   wire.code = notice.code;

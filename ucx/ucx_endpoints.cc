@@ -38,7 +38,6 @@ int Connect(rdv_transport_context_t handle, const void* sealed_address, size_t l
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   params.address = static_cast<const ucp_address_t*>(peer_address);
-  params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
   ucs_status_t status = UCS_ERR_UNREACHABLE;
   if (context->peer_failure_handling) {
     params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
