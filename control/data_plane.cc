@@ -112,33 +112,81 @@ absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t re
 
 void DataPlane::SendTagged(Tensor tensor, uint64_t tag, const std::string& address,
                            ConsumerWatcher consumer, plugin::TransportDone sent) {
+  const void* data = tensor.data();
+  const size_t length = tensor.TotalBytes();
+  SendToConsumer(std::move(tensor), nullptr, address, std::move(consumer),
+                 [this, data, length, tag](const plugin::TransportEndpoint& endpoint,
+                                           plugin::TransportDone done) {
+                   transport_->Send(endpoint, data, length, tag, std::move(done));
+                 },
+                 std::move(sent));
+}
+
+void DataPlane::Put(const Tensor& tensor, const std::string& consumer_address,
+                    uint64_t remote_address, std::string remote_key,
+                    const ConsumerWatcher& consumer, plugin::TransportDone written) {
+  absl::StatusOr<plugin::Registration> local = registrations_.Lookup(tensor.buffer());
+  if (!local.ok()) {
+    std::move(written)(local.status());
+    return;
+  }
+  const size_t length = tensor.TotalBytes();
+  SendToConsumer(tensor, local->hold, consumer_address, consumer,
+                 [this, data = tensor.data(), memory = local->memory, remote_address,
+                  remote_key = std::move(remote_key),
+                  length](const plugin::TransportEndpoint& endpoint,
+                          plugin::TransportDone done) {
+                   transport_->Put(endpoint, data, *memory, remote_address, remote_key, length,
+                                   std::move(done));
+                 },
+                 std::move(written));
+}
+
+void DataPlane::SendToConsumer(Tensor tensor, std::shared_ptr<const void> hold,
+                               const std::string& address, ConsumerWatcher consumer,
+                               PostToConsumer post, plugin::TransportDone sent) {
   sends_in_flight_->fetch_add(1);
-  endpoints_.With(address, [this, tensor = std::move(tensor), tag, address,
-                            consumer = std::move(consumer), in_flight = sends_in_flight_,
-                            sent = std::move(sent)](
+  endpoints_.With(address, [this, tensor = std::move(tensor), hold = std::move(hold), address,
+                            consumer = std::move(consumer), post = std::move(post),
+                            in_flight = sends_in_flight_, sent = std::move(sent)](
                                absl::StatusOr<EndpointCache::Endpoint> endpoint) mutable {
     if (!endpoint.ok()) {
       in_flight->fetch_sub(1);
       std::move(sent)(endpoint.status());
       return;
     }
-    // Shared memory never fails a send to a dead consumer by itself.
     ConsumerLease lease = consumer.Lease([weak = std::weak_ptr(*endpoint)]() {
       if (EndpointCache::Endpoint lost = weak.lock()) lost->Abort();
     });
-    // Any failure leaves the endpoint out of service: a send has no cancel
-    // but an abort.
-    const void* data = tensor.data();
-    const size_t length = tensor.TotalBytes();
-    transport_->Send(**endpoint, data, length, tag,
-                     [this, endpoint = *endpoint, tensor = std::move(tensor),
-                      lease = std::move(lease), in_flight, address,
-                      sent = std::move(sent)](absl::Status status) mutable {
-                       in_flight->fetch_sub(1);
-                       if (!status.ok()) endpoints_.Forget(address);
-                       std::move(sent)(std::move(status));
-                     });
+    // Any failure leaves the endpoint out of service: a send or a put has
+    // no cancel but an abort.
+    std::move(post)(**endpoint, [this, endpoint = *endpoint, tensor = std::move(tensor),
+                                 hold = std::move(hold), lease = std::move(lease), in_flight,
+                                 address, sent = std::move(sent)](absl::Status status) mutable {
+      in_flight->fetch_sub(1);
+      if (!status.ok()) endpoints_.Forget(address);
+      std::move(sent)(std::move(status));
+    });
   });
+}
+
+absl::StatusOr<std::unique_ptr<plugin::TransportMemory>> DataPlane::ExposeForPut(
+    const Tensor& destination) const {
+  return transport_->Register(destination.data(), std::max<size_t>(destination.TotalBytes(), 1),
+                              destination.location());
+}
+
+bool DataPlane::Landed(uint64_t transfer_id) {
+  plugin::TransportDone done;
+  {
+    std::lock_guard lock(puts_mu_);
+    auto it = puts_awaited_.find(transfer_id);
+    if (it == puts_awaited_.end()) return false;
+    done = std::move(it->second);
+    puts_awaited_.erase(it);
+  }
+  std::move(done)(absl::OkStatus());
+  return true;
 }
 
 absl::Status DataPlane::Release(const ReleasedTransfer& transfer) {
@@ -149,6 +197,14 @@ void DataPlane::DropStep(int64_t step_id) { held_.DropStep(step_id); }
 
 void DataPlane::DropAllHeld() {
   held_.Clear();
+  absl::flat_hash_map<uint64_t, plugin::TransportDone> awaited;
+  {
+    std::lock_guard lock(puts_mu_);
+    awaited.swap(puts_awaited_);
+  }
+  for (auto& [id, done] : awaited) {
+    std::move(done)(absl::CancelledError("the worker is shutting down"));
+  }
   endpoints_.Shutdown();
 }
 
@@ -179,6 +235,11 @@ void DataPlane::Fetch(const TransportDescriptor& descriptor, Tensor destination,
                      std::move(on_done));
     return;
   }
+  if (descriptor.op() == TRANSFER_OP_PUT) {
+    std::lock_guard lock(puts_mu_);
+    puts_awaited_.insert_or_assign(descriptor.transfer_id(), std::move(on_done));
+    return;
+  }
   absl::StatusOr<plugin::Registration> local = LocalMemory(destination);
   if (!local.ok()) {
     std::move(on_done)(local.status());
@@ -206,6 +267,17 @@ void DataPlane::CancelFetch(const TransportDescriptor& descriptor, bool producer
     // NOT_FOUND: it ended, or its bytes are arriving and end it soon (with
     // an error if the sender is lost: UCX's tcp endpoints notice).
     transport_->CancelRecv(descriptor.transfer_id()).IgnoreError();
+  }
+  if (descriptor.op() == TRANSFER_OP_PUT) {
+    plugin::TransportDone awaited;
+    {
+      std::lock_guard lock(puts_mu_);
+      if (auto it = puts_awaited_.find(descriptor.transfer_id()); it != puts_awaited_.end()) {
+        awaited = std::move(it->second);
+        puts_awaited_.erase(it);
+      }
+    }
+    if (awaited) std::move(awaited)(absl::CancelledError("the write it waited for was cancelled"));
   }
   if (producer_lost) endpoints_.PeerLost(descriptor.producer_transport_address());
 }

@@ -64,8 +64,8 @@ class DataPlane {
   // one of a step cleaned up lately (its ack crossed the cleanup).
   absl::Status Release(const ReleasedTransfer& transfer);
   void DropStep(int64_t step_id);
-  // At shutdown: frees every held transfer, aborts every endpoint and stops
-  // connecting, so that sends no consumer will receive end (with an error)
+  // At shutdown: frees every held transfer, ends the writes Fetches wait
+  // for (CANCELLED), aborts every endpoint and stops connecting, so that sends no consumer will receive end (with an error)
   // and let go of their consumers' leases before the worker cache goes.
   void DropAllHeld();
   // Tensors offered for op get and not released yet.
@@ -83,13 +83,31 @@ class DataPlane {
   // `done` runs once, on the transport's or the connector's thread, or here.
   void SendMessage(const std::string& address, std::string message, plugin::TransportDone done);
 
+  // Producer, op put (the fast path's writes): writes `tensor` at
+  // `remote_address` of the consumer at `consumer_address`, reachable by
+  // `remote_key`. `written` runs once the bytes are in the consumer's
+  // memory (the transport's put completes remotely), or failed.
+  void Put(const Tensor& tensor, const std::string& consumer_address, uint64_t remote_address,
+           std::string remote_key, const ConsumerWatcher& consumer,
+           plugin::TransportDone written);
+  // Consumer, op put: `destination` registered on its own, so that the key
+  // a producer gets reaches that tensor alone, and only while the returned
+  // memory lives: its holder drops it when the transfer ends, which revokes
+  // the producer's access where the transport can (verbs and UCX over
+  // RDMA deregister; UCX over shared memory or tcp cannot).
+  absl::StatusOr<std::unique_ptr<plugin::TransportMemory>> ExposeForPut(
+      const Tensor& destination) const;
+  // The producer says the write into transfer `transfer_id` (a Fetch of op
+  // put) landed: that Fetch ends OK. False when none waits.
+  bool Landed(uint64_t transfer_id);
+
   // Consumer side: fills `destination` (from ReceiveAllocator, of
   // TotalBytes() == descriptor.length) and calls `done` on the transport's
-  // thread.
+  // thread. Op put waits for Landed or CancelFetch (on their threads).
   void Fetch(const TransportDescriptor& descriptor, Tensor destination,
              plugin::TransportDone done);
   // Ends a Fetch early: its tagged receive, if no send matched it yet, is
-  // cancelled; with `producer_lost`, the endpoint to the producer is
+  // cancelled, and a write it waits for (op put) ends CANCELLED at once; with `producer_lost`, the endpoint to the producer is
   // aborted, which ends its gets (and any other transfer on it). The
   // Fetch's `done` still runs, once, when the transport lets go.
   void CancelFetch(const TransportDescriptor& descriptor, bool producer_lost);
@@ -116,6 +134,14 @@ class DataPlane {
   // `address` is there (made on the endpoint cache's thread).
   void SendTagged(Tensor tensor, uint64_t tag, const std::string& address,
                   ConsumerWatcher consumer, plugin::TransportDone sent);
+  // Runs `post(endpoint, done)` once an endpoint to the consumer at
+  // `address` is there, under a lease that aborts the endpoint when the
+  // consumer is lost (shared memory never fails a transfer to a dead
+  // consumer by itself). `tensor` and `hold` live until `done`.
+  using PostToConsumer = absl::AnyInvocable<void(const plugin::TransportEndpoint& endpoint,
+                                                 plugin::TransportDone done) &&>;
+  void SendToConsumer(Tensor tensor, std::shared_ptr<const void> hold, const std::string& address,
+                      ConsumerWatcher consumer, PostToConsumer post, plugin::TransportDone sent);
   // The registration the transport reads into `destination` with.
   absl::StatusOr<plugin::Registration> LocalMemory(const Tensor& destination);
 
@@ -133,6 +159,10 @@ class DataPlane {
       std::make_shared<std::atomic<int64_t>>(0);
   const std::shared_ptr<std::atomic<int64_t>> sends_in_flight_ =
       std::make_shared<std::atomic<int64_t>>(0);
+
+  std::mutex puts_mu_;
+  // Fetches of op put waiting for their producer's write, by transfer id.
+  absl::flat_hash_map<uint64_t, plugin::TransportDone> puts_awaited_;  // puts_mu_
 
   const std::shared_ptr<MessageSink> sink_;
   EndpointCache endpoints_;

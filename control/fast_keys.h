@@ -26,6 +26,9 @@ struct KnownFastKey {
   DType dtype = DType::kInvalid;
   TensorShape shape;  // of the value last received
   std::string producer_transport_address;
+  // The producer writes values into the destination a request names
+  // (TensorMeta.fast_path_put), instead of sending them tagged.
+  bool put = false;
 };
 
 class FastKeys {

@@ -188,15 +188,30 @@ void FastPath::Answer(const FastRequest& request, const FastKeyIds::Entry& entry
     return Notify(plane, entry.consumer_address,
                   FastNotice{id, FastNoticeKind::kChanged, 0, ""});
   }
-  RDV_LOG(Debug) << "fast path: request " << id << " answered by a tagged send";
+  RDV_LOG(Debug) << "fast path: request " << id << " answered by a "
+                 << (request.put ? "write" : "tagged send");
   env_.stats->Sent(SentPath::kFastPath, value.TotalBytes());
   const ConsumerWatcher consumer(*env_.worker_cache, env_.worker_name, key);
+  if (request.put) return Write(request, entry.consumer_address, value, consumer);
   absl::StatusOr<TransportDescriptor> offered = plane->Offer(
       request.step_id, static_cast<int64_t>(id), value, entry.consumer_address, consumer,
       [plane, id, address = entry.consumer_address](absl::Status sent) {
         if (!sent.ok()) Notify(plane, address, Failed(id, "tagged send", sent));
       });
   if (!offered.ok()) Notify(plane, entry.consumer_address, Failed(id, "offer", offered.status()));
+}
+
+void FastPath::Write(const FastRequest& request, const std::string& consumer_address,
+                     const Tensor& value, const ConsumerWatcher& consumer) {
+  DataPlane* const plane = env_.data_plane;
+  auto landed = [plane, id = request.request_id, address = consumer_address](absl::Status written) {
+    Notify(plane, address,
+           written.ok() ? FastNotice{id, FastNoticeKind::kLanded, 0, ""}
+                        : Failed(id, "write", written));
+  };
+  if (value.TotalBytes() == 0) return landed(absl::OkStatus());
+  plane->Put(value, consumer_address, request.put_address, request.put_key, consumer,
+             std::move(landed));
 }
 
 FastNotice FastPath::Failed(uint64_t request_id, absl::string_view what,
@@ -252,8 +267,31 @@ void FastRecvCall::Start() {
   absl::StatusOr<Tensor> destination = Tensor::Allocate(allocator, known_.dtype, known_.shape);
   if (!destination.ok()) return Complete(destination.status(), Tensor(), false);
   destination_ = *std::move(destination);
+  std::string put_key;
+  if (known_.put && destination_.TotalBytes() > 0) {
+    absl::StatusOr<std::unique_ptr<plugin::TransportMemory>> exposed =
+        plane->ExposeForPut(destination_);
+    if (!exposed.ok()) {
+      destination_ = Tensor();
+      return Complete(absl::Status(exposed.status().code(),
+                                   absl::StrCat("the fast path cannot register the destination "
+                                                "for the producer's write: ",
+                                                exposed.status().message())),
+                      Tensor(), false);
+    }
+    put_key = (*exposed)->remote_key();
+    if (put_key.size() > kMaxPutKeyBytes) {
+      RDV_LOG(Warning) << "fast path: the transport's remote key has " << put_key.size()
+                       << " bytes, more than a request carries (" << kMaxPutKeyBytes
+                       << "): Recv of '" << key_ << "' takes RecvTensor";
+      destination_ = Tensor();
+      return FetchBySlowPath(false);
+    }
+    std::lock_guard lock(mu_);
+    exposed_ = *std::move(exposed);
+  }
   TransportDescriptor descriptor;
-  descriptor.set_op(TRANSFER_OP_TAG);
+  descriptor.set_op(known_.put ? TRANSFER_OP_PUT : TRANSFER_OP_TAG);
   descriptor.set_transfer_id(request_id_);
   descriptor.set_length(destination_.TotalBytes());
   descriptor.set_producer_transport_address(known_.producer_transport_address);
@@ -284,6 +322,9 @@ void FastRecvCall::Start() {
   const absl::Span<const int64_t> dims = known_.shape.dims();
   request.num_dims = static_cast<uint32_t>(dims.size());
   std::copy(dims.begin(), dims.end(), request.dims);
+  request.put = known_.put;
+  request.put_address = reinterpret_cast<uint64_t>(destination_.data());
+  request.put_key = std::move(put_key);
   RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' requested";
   SendToProducer(EncodeFastRequest(request), "request");
 }
@@ -330,6 +371,11 @@ void FastRecvCall::Abort(const absl::Status& status) {
 }
 
 void FastRecvCall::Told(const FastNotice& notice) {
+  if (notice.kind == FastNoticeKind::kLanded) {
+    // Ends the transfer's Fetch, OK; none waits when it ended first.
+    data_plane_->Landed(request_id_);
+    return;
+  }
   std::shared_ptr<SideTransfer> transfer;
   {
     std::lock_guard lock(mu_);
@@ -366,6 +412,8 @@ void FastRecvCall::TransferDone(absl::Status status) {
     slow = sent_slow_;
     ended_by = ended_by_;
     transfer_.reset();
+    // The producer's access to the destination ends before the Recv does.
+    exposed_.reset();
   }
   if (!ended_by.ok()) {
     destination_ = Tensor();

@@ -4,24 +4,32 @@
 // the key (TensorMeta.fast_path_key, control/fast_keys.h). A later Recv of
 // it:
 //   1. allocates the destination from the value's last dtype and shape and
-//      posts a tagged receive into it under a new request id;
+//      readies it under a new request id: design A posts a tagged receive
+//      into it; design B (TensorMeta.fast_path_put) registers it on its own
+//      for the producer's write;
 //   2. sends the producer a request message through the data plane's
 //      transport (plugin ABI v3 messages): {key id, step, request id,
-//      dtype, shape};
+//      dtype, shape}, and for B the destination's address and remote key;
 //   3. the producer, on its transport's progress thread, waits for the
-//      key's next value in that step (RecvAsync, no thread waits) and sends
-//      it tagged under the request id, straight into the destination;
+//      key's next value in that step (RecvAsync, no thread waits), then
+//      A: sends it tagged under the request id, straight into the
+//      destination; B: writes it there (put, complete once it landed) and
+//      sends a landed notice;
 //   4. a value that cannot come so is announced by a notice instead: dead
 //      (the Recv ends is_dead), changed (dtype or shape: the value is held
 //      and the consumer fetches it by a fetch_held RecvTensor, and learns
 //      the new shape), or failed (the Recv fails with the producer's
 //      status).
+// A producer that sends tagged (UCX over shared memory or tcp) answers by
+// A, unless RDV_FAST_PATH_WRITES; one that is read from (verbs, UCX over
+// RDMA) by B. B's registration ends with the transfer, which revokes the
+// producer's access where the transport can (verbs, UCX over RDMA).
 // A producer keeps at most kMaxWaitingRequests requests waiting for values;
 // past that it answers "slow path", and the Recv asks by RecvTensor as if
 // the key were new, so what any consumer sends holds bounded memory here.
 // The destination is the Recv's landing buffer (RendezvousArgs::landing)
 // when it has the value's size, else the transport's memory.
-// The tagged receive is a SideTransfer: bounded by the producer's life
+// The transfer is a SideTransfer: bounded by the producer's life
 // (PeerWatch), ended by the step's abort and the Recv's cancellation.
 //
 // Trust: a request names an id the producer issued over the control plane
@@ -36,8 +44,7 @@
 // it, as a slow Recv's withdrawal does (WithdrawRecvTensor).
 //
 // Not covered yet (they keep to RecvTensor): GPU destinations, string
-// tensors, producers whose data plane gets rather than sends (RC/DC RDMA),
-// transports without messages (verbs).
+// tensors, transports without messages.
 #pragma once
 
 #include <atomic>
@@ -139,6 +146,10 @@ class FastPath {
   // send's failure) may call it too.
   static void Notify(DataPlane* data_plane, const std::string& consumer_address,
                      FastNotice notice);
+  // Design B: writes `value` into the destination the request names, then
+  // sends the consumer a landed notice (or a failed one).
+  void Write(const FastRequest& request, const std::string& consumer_address,
+             const Tensor& value, const ConsumerWatcher& consumer);
   // The notice that fails request `request_id` with `status`, from the
   // producer's `what`.
   static FastNotice Failed(uint64_t request_id, absl::string_view what,
@@ -213,6 +224,9 @@ class FastRecvCall final : public AbortableCall,
   bool changed_ = false;                    // mu_
   bool sent_slow_ = false;                  // mu_: told to take RecvTensor
   RecvTensorCall* slow_call_ = nullptr;     // mu_: the RecvTensor it took
+  // The destination as the producer may write it (design B), until the
+  // transfer ends.
+  std::unique_ptr<plugin::TransportMemory> exposed_;  // mu_
 };
 
 }  // namespace rdv::control

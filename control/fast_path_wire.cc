@@ -24,7 +24,12 @@ struct RequestWire {
   int32_t dtype;
   uint32_t num_dims;
   int64_t dims[kFastPathMaxDims];
+  uint64_t put_address;
+  uint32_t put_key_length;  // the key's bytes follow the struct
+  uint32_t flags;           // kRequestPut
 };
+
+constexpr uint32_t kRequestPut = 1;
 
 struct WithdrawalWire {
   Header header;
@@ -53,17 +58,24 @@ std::string Bytes(const Wire& wire) {
 
 absl::Status CheckHeader(absl::string_view message);
 
+// `trailing`: the bytes that follow the struct, as the struct itself says.
 template <typename Wire>
-absl::StatusOr<Wire> Read(absl::string_view message, FastKind kind) {
+absl::StatusOr<Wire> Read(absl::string_view message, FastKind kind,
+                          size_t (*trailing)(const Wire&) = nullptr) {
   if (absl::Status header = CheckHeader(message); !header.ok()) return header;
-  if (message.size() != sizeof(Wire)) {
+  if (message.size() < sizeof(Wire)) {
     return absl::InvalidArgumentError(absl::StrCat("a fast-path message of ", message.size(),
-                                                   " bytes; this kind has ", sizeof(Wire)));
+                                                   " bytes; this kind has at least ", sizeof(Wire)));
   }
   Wire wire;
   std::memcpy(&wire, message.data(), sizeof(wire));
   if (wire.header.kind != static_cast<uint16_t>(kind)) {
     return absl::InvalidArgumentError("a fast-path message of another kind");
+  }
+  const size_t expected = sizeof(Wire) + (trailing != nullptr ? trailing(wire) : 0);
+  if (message.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("a fast-path message of ", message.size(),
+                                                   " bytes; it says it has ", expected));
   }
   return wire;
 }
@@ -80,7 +92,10 @@ std::string EncodeFastRequest(const FastRequest& request) {
   wire.dtype = request.dtype;
   wire.num_dims = request.num_dims;
   std::memcpy(wire.dims, request.dims, sizeof(wire.dims));
-  return Bytes(wire);
+  wire.put_address = request.put_address;
+  wire.put_key_length = static_cast<uint32_t>(request.put_key.size());
+  wire.flags = request.put ? kRequestPut : 0;
+  return Bytes(wire) + request.put_key;
 }
 
 std::string EncodeFastWithdrawal(const FastWithdrawal& withdrawal) {
@@ -133,11 +148,20 @@ absl::StatusOr<FastKind> PeekFastKind(absl::string_view message) {
 }
 
 absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message) {
-  absl::StatusOr<RequestWire> wire = Read<RequestWire>(message, FastKind::kRequest);
+  absl::StatusOr<RequestWire> wire = Read<RequestWire>(
+      message, FastKind::kRequest, [](const RequestWire& w) { return size_t{w.put_key_length}; });
   if (!wire.ok()) return wire.status();
   if (wire->num_dims > kFastPathMaxDims) {
     return absl::InvalidArgumentError(
         absl::StrCat("a fast-path request of ", wire->num_dims, " dimensions"));
+  }
+  if (wire->flags & ~kRequestPut) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a fast-path request with unknown flags ", wire->flags));
+  }
+  if (wire->put_key_length > kMaxPutKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a fast-path request with a remote key of ", wire->put_key_length, " bytes"));
   }
   FastRequest request;
   request.key_id = wire->key_id;
@@ -147,6 +171,10 @@ absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message) {
   request.dtype = wire->dtype;
   request.num_dims = wire->num_dims;
   std::memcpy(request.dims, wire->dims, sizeof(request.dims));
+  request.put = (wire->flags & kRequestPut) != 0;
+  request.put_address = wire->put_address;
+  const absl::string_view put_key = message.substr(sizeof(RequestWire));
+  request.put_key.assign(put_key.data(), put_key.size());
   return request;
 }
 
@@ -160,7 +188,7 @@ absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message) {
   absl::StatusOr<NoticeWire> wire = Read<NoticeWire>(message, FastKind::kNotice);
   if (!wire.ok()) return wire.status();
   if (wire->kind < static_cast<uint16_t>(FastNoticeKind::kDead) ||
-      wire->kind > static_cast<uint16_t>(FastNoticeKind::kSlowPath) ||
+      wire->kind > static_cast<uint16_t>(FastNoticeKind::kLanded) ||
       wire->text_length > kMaxNoticeText) {
     return absl::InvalidArgumentError("a fast-path notice of unknown kind or length");
   }

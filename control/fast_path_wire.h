@@ -17,7 +17,7 @@
 namespace rdv::control {
 
 inline constexpr uint32_t kFastPathMagic = 0x46564452;  // "RDVF"
-inline constexpr uint16_t kFastPathVersion = 2;
+inline constexpr uint16_t kFastPathVersion = 3;
 inline constexpr int kFastPathMaxDims = 8;
 
 enum class FastKind : uint16_t {
@@ -33,10 +33,16 @@ enum class FastNoticeKind : uint16_t {
   kFailed = 3,   // the Recv fails with `code` and `message`
   kWithdrawn = 4,  // the request was withdrawn before it took a value
   kSlowPath = 5,   // too many requests wait here: ask by RecvTensor instead
+  kLanded = 6,     // the value was written into the destination the request named
 };
 
+// The longest remote key a request may carry for the producer's write.
+inline constexpr size_t kMaxPutKeyBytes = 512;
+
 // "Send me the next value of the key you gave me `key_id` for, in step
-// `step_id`, as a tagged send under `request_id`, of `bytes` bytes."
+// `step_id`, as a tagged send under `request_id`, of `bytes` bytes" or,
+// with `put`, "write it at `put_address`, reachable by `put_key` (none for
+// zero bytes), and tell me when it landed".
 struct FastRequest {
   uint64_t key_id = 0;
   int64_t step_id = 0;
@@ -45,6 +51,9 @@ struct FastRequest {
   int32_t dtype = 0;
   uint32_t num_dims = 0;
   int64_t dims[kFastPathMaxDims] = {};
+  bool put = false;
+  uint64_t put_address = 0;
+  std::string put_key;  // at most kMaxPutKeyBytes
 };
 
 // "I no longer wait for request `request_id` of the key you gave me

@@ -23,11 +23,14 @@ absl::StatusOr<ControlOptions> ControlOptions::FromEnvironment(ControlOptions de
   int64_t fast_path = options.fast_path ? 1 : 0;
   RDV_RETURN_IF_ERROR(env::ReadInt("RDV_FAST_PATH", 0, 1, &fast_path));
   options.fast_path = fast_path == 1;
+  int64_t writes = options.fast_path_writes ? 1 : 0;
+  RDV_RETURN_IF_ERROR(env::ReadInt("RDV_FAST_PATH_WRITES", 0, 1, &writes));
+  options.fast_path_writes = writes == 1;
   RDV_LOG(Debug) << "RDV_PEER_TIMEOUT_MS=" << absl::ToInt64Milliseconds(options.peer_timeout)
                  << " RDV_GRPC_CHUNK_BYTES=" << chunk << " RDV_MAX_TENSOR_BYTES=" << max_tensor
                  << " TLS=" << (options.security.tls() ? "on" : "off")
                  << " cluster token=" << (options.security.token.empty() ? "none" : "set")
-                 << " RDV_FAST_PATH=" << fast_path;
+                 << " RDV_FAST_PATH=" << fast_path << " RDV_FAST_PATH_WRITES=" << writes;
   return options;
 }
 

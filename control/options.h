@@ -44,6 +44,12 @@ struct ControlOptions {
   // (control/fast_path.h). Needs a transport that carries messages on both
   // sides; others keep to RecvTensor. RDV_FAST_PATH (0 or 1).
   bool fast_path = true;
+  // This worker, as a producer, answers fast requests by writing into the
+  // consumer's destination (the fast path's design B) also where its
+  // transport sends tagged (UCX over shared memory or tcp), to compare the
+  // two designs (docs/fast_path.md). Producers that read (verbs, UCX over
+  // RDMA) always write. RDV_FAST_PATH_WRITES (0 or 1).
+  bool fast_path_writes = false;
 
   // `defaults` overridden by the environment; INVALID_ARGUMENT naming the
   // variable when a value does not parse or is out of range.

@@ -190,20 +190,26 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
   }
 
   // A consumer that takes fast-path keys gets an id for this one when its
-  // later values can come by a tagged send (a numeric host tensor, a data
-  // plane that sends): its later Recvs of the key ask through the data
-  // plane's messages (control/fast_path.h).
+  // later values can come by the data plane (a numeric host tensor; a data
+  // plane that sends, or whose transport puts): its later Recvs of the key
+  // ask through the data plane's messages (control/fast_path.h). A
+  // producer that sends answers by a tagged send unless told to write
+  // (RDV_FAST_PATH_WRITES); one that is read from always writes.
   void OfferFastPath(const Tensor& value, bool is_dead) {
     const DataPlane* plane = service_->env_.data_plane;
-    if (!request_.fast_path() || !service_->env_.options.fast_path || plane == nullptr ||
-        !plane->carries_messages() || plane->transfer_op() != TRANSFER_OP_TAG || is_dead ||
-        !value.location().is_host() || !DTypeIsMemcpyable(value.dtype()) ||
-        request_.consumer_transport_address().empty()) {
+    const ControlOptions& options = service_->env_.options;
+    if (!request_.fast_path() || !options.fast_path || plane == nullptr ||
+        !plane->carries_messages() || is_dead || !value.location().is_host() ||
+        !DTypeIsMemcpyable(value.dtype()) || request_.consumer_transport_address().empty()) {
       return;
     }
+    const bool sends = plane->transfer_op() == TRANSFER_OP_TAG;
+    const bool puts = (plane->transport().supported_ops() & RDV_TRANSPORT_OP_PUT) != 0;
+    if (!sends && !puts) return;
     meta_.set_fast_path_key(service_->fast_key_ids_.Intern(
         request_.rendezvous_key(), request_.consumer_transport_address()));
     meta_.set_fast_path_address(plane->local_address());
+    meta_.set_fast_path_put(puts && (!sends || options.fast_path_writes));
   }
 
   std::shared_ptr<TagSend> PostedTagSend() {

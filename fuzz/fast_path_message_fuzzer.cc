@@ -1,7 +1,8 @@
 // The fast path's messages on any bytes: whatever a transport peer sends
 // reaches these decoders first (control/fast_path.h). A message they accept
 // encodes back to the same bytes' meaning (decode(encode(decoded)) ==
-// decoded), and nothing they accept names more dimensions than fit.
+// decoded), and nothing they accept names more dimensions, or carries a
+// longer remote key, than fit.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -14,10 +15,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view message(reinterpret_cast<const char*>(data), size);
   if (!PeekFastKind(message).ok()) return 0;
   if (absl::StatusOr<FastRequest> request = DecodeFastRequest(message); request.ok()) {
-    if (request->num_dims > kFastPathMaxDims) std::abort();
+    if (request->num_dims > kFastPathMaxDims || request->put_key.size() > kMaxPutKeyBytes) {
+      std::abort();
+    }
     absl::StatusOr<FastRequest> again = DecodeFastRequest(EncodeFastRequest(*request));
     if (!again.ok() || again->key_id != request->key_id || again->bytes != request->bytes ||
-        std::memcmp(again->dims, request->dims, sizeof(request->dims)) != 0) {
+        std::memcmp(again->dims, request->dims, sizeof(request->dims)) != 0 ||
+        again->put != request->put || again->put_address != request->put_address ||
+        again->put_key != request->put_key) {
       std::abort();
     }
   }

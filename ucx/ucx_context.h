@@ -58,6 +58,13 @@ struct Context {
   bool busy_poll = false;
   std::chrono::microseconds spin{0};  // UcxSettings::spin
   bool peer_failure_handling = true;  // UcxSettings::peer_failure_handling
+  // UCX before 1.14 with a UD transport open: destroying the worker while
+  // an endpoint to a lost peer has its wireup request still queued on a UD
+  // lane fails an assertion and aborts the process (openucx/ucx#8175).
+  bool wireup_purge_asserts = false;
+  // Endpoints closed or aborted before any operation on them succeeded:
+  // their wireup may never have finished (a peer lost early).
+  std::atomic<int> unproven_closes{0};
   std::atomic<bool> stop{false};
   std::thread progress;
   plugin_support::PluginLog log;  // the host's logger
@@ -188,6 +195,8 @@ struct Endpoint {
   std::mutex in_flight_mu;
   std::unordered_set<Operation*> in_flight;  // in_flight_mu: its posted operations
   std::atomic<ucs_status_t> failure{UCS_OK};
+  // An operation on it succeeded, so its wireup with the peer finished.
+  std::atomic<bool> proven{false};
   RemoteKeyCache keys;
 };
 

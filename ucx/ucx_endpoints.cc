@@ -123,6 +123,7 @@ void StartClose(ucp_ep_h ep, Close* close, uint32_t flags) {
 void Disconnect(rdv_transport_endpoint_t handle) {
   auto* endpoint = reinterpret_cast<Endpoint*>(handle);
   Context* context = endpoint->context;
+  if (!endpoint->proven.load(std::memory_order_relaxed)) context->unproven_closes.fetch_add(1);
   endpoint->keys.Clear();
   if (endpoint->ep == nullptr) {
     // Aborted: nothing left to close, once the abort has run.
@@ -167,6 +168,9 @@ void Abort(rdv_transport_endpoint_t handle) {
     std::lock_guard lock(endpoint->use_mu);
     ep = std::exchange(endpoint->ep, nullptr);
     if (ep == nullptr) return;
+    if (!endpoint->proven.load(std::memory_order_relaxed)) {
+      endpoint->context->unproven_closes.fetch_add(1);
+    }
     endpoint->failure.store(UCS_ERR_CANCELED, std::memory_order_release);
     endpoint->keys.Clear();  // keys belong to the endpoint's ep
   }

@@ -31,6 +31,9 @@ bool Untrack(Operation* op) {
 }
 
 void Complete(Operation* op, ucs_status_t status) {
+  if (status == UCS_OK && op->endpoint != nullptr) {
+    op->endpoint->proven.store(true, std::memory_order_relaxed);
+  }
   Ended(op);
   if (!Untrack(op)) return;
   op->context->Deliver([op, status] {

@@ -80,6 +80,44 @@ void ProgressLoop(Context* context) {
   }
 }
 
+// Whether this UCX fails an assertion when it destroys a worker whose
+// endpoint to a lost peer still queues its wireup request on a UD lane:
+// before 1.14 (openucx/ucx#8175), with a UD transport among its resources.
+bool WireupPurgeAsserts(ucp_context_h ucp) {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  if (major > 1 || minor >= 14) return false;
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  if (out == nullptr) return true;
+  ucp_context_print_info(ucp, out);
+  std::fclose(out);
+  const bool ud = std::strstr(text, "ud_") != nullptr;
+  std::free(text);
+  return ud;
+}
+
+// A worker that may hold an endpoint whose wireup never finished (one closed
+// before anything on it succeeded: its peer may have been lost early) is
+// not destroyed where that aborts the process: it stays, idle, until the
+// process exits, with the operations UCX has not let go of. Their callbacks
+// all ran at finalize's last round.
+void ParkWorker(Context* context) {
+  struct Parked {
+    ucp_context_h ucp;
+    ucp_worker_h worker;
+    std::unordered_set<Operation*> orphans;
+  };
+  static std::mutex mu;
+  static auto* parked = new std::vector<Parked>;
+  context->log(2, "UCX worker left to the process's exit: an endpoint's wireup with a lost peer "
+                  "may be unfinished, and UCX before 1.14 aborts the process if it is destroyed "
+                  "then (openucx/ucx#8175)");
+  std::lock_guard lock(mu);
+  parked->push_back({context->ucp, context->worker, std::move(context->orphans)});
+}
+
 int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out,
          rdv_transport_error_t* error) {
   UcxSettings settings;
@@ -121,6 +159,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   worker_params.thread_mode = UCS_THREAD_MODE_MULTI;
+  context->wireup_purge_asserts = WireupPurgeAsserts(context->ucp);
   status = ucp_worker_create(context->ucp, &worker_params, &context->worker);
   if (status == UCS_OK) status = ucp_worker_get_efd(context->worker, &context->event_fd);
   if (status == UCS_OK && context->on_message != nullptr) {
@@ -180,12 +219,16 @@ void Finalize(rdv_transport_context_t handle) {
     delete close->owned;
     delete close;
   }
-  // Destroying the worker purges what an aborted endpoint still had
-  // pending (its wireup queue), running their callbacks: orphans among
-  // them free themselves there, the rest after.
-  ucp_worker_destroy(context->worker);
-  for (Operation* op : context->orphans) delete op;
-  ucp_cleanup(context->ucp);
+  if (context->wireup_purge_asserts && context->unproven_closes.load() > 0) {
+    ParkWorker(context);
+  } else {
+    // Destroying the worker purges what an aborted endpoint still had
+    // pending (its wireup queue), running their callbacks: orphans among
+    // them free themselves there, the rest after.
+    ucp_worker_destroy(context->worker);
+    for (Operation* op : context->orphans) delete op;
+    ucp_cleanup(context->ucp);
+  }
   delete context;
 }
 

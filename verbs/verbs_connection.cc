@@ -25,6 +25,7 @@ ibv_qp* CreateQp(Context* context) {
   ibv_qp_init_attr init{};
   init.send_cq = context->cq;
   init.recv_cq = context->cq;
+  init.srq = context->srq;  // messages arrive here; null when not offered
   init.qp_type = IBV_QPT_RC;
   init.cap.max_send_wr = static_cast<uint32_t>(context->settings.queue_depth);
   init.cap.max_recv_wr = 1;

@@ -3,7 +3,8 @@
 // memory, and what each part of the plugin offers the others. The parts:
 // verbs_settings.cc (RDV_IB_*), verbs_device.cc (device, port and GID),
 // verbs_memory.cc (host and GPU memory registration), verbs_connection.cc
-// (queue pairs, their exchange over TCP, the acceptor), verbs_progress.cc
+// (queue pairs, their exchange over TCP, the acceptor), verbs_messages.cc
+// (the slots messages are sent from and arrive in), verbs_progress.cc
 // (posting, completions, the progress thread) and verbs_transport.cc (the
 // ABI entry points).
 #pragma once
@@ -30,6 +31,15 @@ namespace rdv::verbs {
 constexpr int kExchangeTimeoutMs = 5000;  // TCP connect and QP info swap
 constexpr int kMaxReadsInFlight = 16;     // per QP, clamped to the device's limit
 constexpr int kPeerCloseWaitMs = 200;     // for a dead peer's socket to close
+// Messages (ABI v3): SENDs of at most kMaxMessageBytes into receive slots
+// every QP shares (one shared receive queue per context). A sender finding
+// no slot free waits for one (RNR retries without end), so a flood costs
+// the receiver no memory.
+constexpr size_t kMaxMessageBytes = 1024;
+constexpr int kReceiveSlots = 256;  // clamped to the device's max_srq_wr
+// A receive slot's work request id carries this bit; an operation's is its
+// address, which never has it (user-space addresses).
+constexpr uint64_t kReceiveWrId = uint64_t{1} << 63;
 
 // The plugin's settings (verbs_settings.cc lists them; the host fills them
 // from RDV_IB_*, docs/configuration.md).
@@ -85,12 +95,14 @@ struct Operation {
   Endpoint* endpoint;
   rdv_transport_completion_fn done;
   void* user;
-  ibv_wr_opcode opcode;
+  ibv_wr_opcode opcode;  // IBV_WR_SEND: a message, one work request
   char* local;
   uint32_t lkey;
   uint64_t remote;
   uint32_t rkey;
   size_t length;
+  std::string payload;  // a message's bytes, copied at post_message
+  int slot = -1;        // a message's send slot while it is posted
   size_t posted = 0;    // bytes handed to the QP
   int outstanding = 0;  // work requests not completed yet
   bool queued = true;   // still in its endpoint's `waiting`
@@ -106,6 +118,11 @@ struct Endpoint {
   int credits = 0;                  // free send queue slots; mu
   std::deque<Operation*> waiting;   // not fully posted yet, in order; mu
   std::string broken;               // why the QP is out of service; mu
+  // Registered slots messages are sent from, made at the first message:
+  // queue_depth of them, so a free credit always finds a free slot.
+  char* send_slots = nullptr;       // mu
+  ibv_mr* send_slots_mr = nullptr;  // mu
+  std::vector<int> free_send_slots; // mu
   bool closing = false;             // disconnect() was called; mu
   bool aborted = false;             // abort() was called; mu
   // What ends now ends at rdv's request: CANCELLED rather than UNAVAILABLE.
@@ -137,6 +154,14 @@ struct Context {
   std::string description;
   WireAddress address{};
   GpuPath gpu_path = GpuPath::kNone;
+
+  // Messages peers send arrive in these slots (null: the device has no
+  // shared receive queue, and messages are not offered).
+  ibv_srq* srq = nullptr;
+  char* receive_slots = nullptr;
+  ibv_mr* receive_slots_mr = nullptr;
+  rdv_transport_message_fn on_message = nullptr;  // set once at init
+  void* on_message_user = nullptr;
 
   int listener = -1;
   int wake = -1;  // eventfd: stops the threads
@@ -203,6 +228,19 @@ int StartListener(Context* context, rdv_transport_error_t* error);
 // The acceptor thread: answers peers' connections, frees what they served
 // when they go.
 void AcceptLoop(Context* context);
+
+// verbs_messages.cc
+// The shared receive queue and its slots, all posted; without one (a device
+// with no SRQ) messages are not offered, which is not an error.
+int StartMessages(Context* context, rdv_transport_error_t* error);
+void StopMessages(Context* context);
+// A receive slot's completion (on the progress thread): hands the message
+// to on_message, then posts the slot again.
+void OnReceive(Context* context, const ibv_wc& wc);
+// The endpoint's send slots, made at its first message. Caller holds
+// endpoint->mu.
+int EnsureSendSlotsLocked(Endpoint* endpoint, rdv_transport_error_t* error);
+void FreeSendSlots(Endpoint* endpoint);
 
 // verbs_progress.cc
 // Posts what the QP has room for; returns operations that are over.

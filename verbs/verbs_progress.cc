@@ -45,36 +45,59 @@ void Fail(Operation* op, int code, std::string message) {
 
 }  // namespace
 
+namespace {
+
+// Hands the QP the next piece of `op`: a chunk of an RDMA operation, or a
+// message whole from a send slot. Caller holds endpoint->mu.
+int PostNext(Endpoint* endpoint, Operation* op) {
+  ibv_sge sge{};
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  wr.wr_id = reinterpret_cast<uint64_t>(op);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = op->opcode;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  size_t length;
+  if (op->opcode == IBV_WR_SEND) {
+    length = op->payload.size();
+    op->slot = endpoint->free_send_slots.back();
+    char* slot = endpoint->send_slots + op->slot * kMaxMessageBytes;
+    std::memcpy(slot, op->payload.data(), length);
+    sge = {reinterpret_cast<uint64_t>(slot), static_cast<uint32_t>(length),
+           endpoint->send_slots_mr->lkey};
+  } else {
+    length = std::min(endpoint->context->settings.chunk_bytes, op->length - op->posted);
+    sge = {reinterpret_cast<uint64_t>(op->local + op->posted), static_cast<uint32_t>(length),
+           op->lkey};
+    wr.wr.rdma.remote_addr = op->remote + op->posted;
+    wr.wr.rdma.rkey = op->rkey;
+  }
+  if (int err = ibv_post_send(endpoint->qp, &wr, &bad)) {
+    op->slot = -1;
+    return err;
+  }
+  if (op->slot >= 0) endpoint->free_send_slots.pop_back();
+  op->posted += length;
+  return 0;
+}
+
+}  // namespace
+
 // Posts what the QP has room for; returns operations that are over.
 // Caller holds endpoint->mu.
 void PumpLocked(Endpoint* endpoint, std::vector<Operation*>* over) {
-  const size_t chunk = endpoint->context->settings.chunk_bytes;
   while (!endpoint->waiting.empty() && (endpoint->credits > 0 || !endpoint->broken.empty())) {
     Operation* op = endpoint->waiting.front();
     if (!endpoint->broken.empty()) {
       Fail(op, endpoint->cancelling() ? RDV_TRANSPORT_CANCELLED : RDV_TRANSPORT_UNAVAILABLE,
            "verbs: the queue pair is out of service: " + endpoint->broken);
+    } else if (int err = PostNext(endpoint, op)) {
+      endpoint->broken = std::string("ibv_post_send: ") + std::strerror(err);
+      Fail(op, RDV_TRANSPORT_UNAVAILABLE, "verbs: " + endpoint->broken);
     } else {
-      const size_t length = std::min(chunk, op->length - op->posted);
-      ibv_sge sge{reinterpret_cast<uint64_t>(op->local + op->posted),
-                  static_cast<uint32_t>(length), op->lkey};
-      ibv_send_wr wr{};
-      ibv_send_wr* bad = nullptr;
-      wr.wr_id = reinterpret_cast<uint64_t>(op);
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
-      wr.opcode = op->opcode;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.wr.rdma.remote_addr = op->remote + op->posted;
-      wr.wr.rdma.rkey = op->rkey;
-      if (int err = ibv_post_send(endpoint->qp, &wr, &bad)) {
-        endpoint->broken = std::string("ibv_post_send: ") + std::strerror(err);
-        Fail(op, RDV_TRANSPORT_UNAVAILABLE, "verbs: " + endpoint->broken);
-      } else {
-        op->posted += length;
-        ++op->outstanding;
-        --endpoint->credits;
-      }
+      ++op->outstanding;
+      --endpoint->credits;
     }
     if (op->posted == op->length || op->code != RDV_TRANSPORT_OK) {
       endpoint->waiting.pop_front();
@@ -88,6 +111,7 @@ void DestroyEndpoint(Endpoint* endpoint) {
   Context* context = endpoint->context;
   ibv_destroy_qp(endpoint->qp);
   if (endpoint->socket >= 0) close(endpoint->socket);
+  FreeSendSlots(endpoint);
   delete endpoint;
   std::lock_guard lock(context->endpoints_mu);
   if (--context->live_endpoints == 0) context->endpoints_gone.notify_all();
@@ -126,8 +150,11 @@ std::string CompletionMessage(const Operation& op, const ibv_wc& wc, int code, b
                         ? " (the remote key or address does not cover the peer's memory)"
                     : wc.status == IBV_WC_RETRY_EXC_ERR ? " (the peer stopped answering)"
                                                         : "";
-  return std::string("verbs: RDMA ") + (op.opcode == IBV_WR_RDMA_READ ? "READ" : "WRITE") + " " +
-         CompletionCodeName(code) + ": " + ibv_wc_status_str(wc.status) + why;
+  const char* what = op.opcode == IBV_WR_RDMA_READ    ? "RDMA READ"
+                     : op.opcode == IBV_WR_RDMA_WRITE ? "RDMA WRITE"
+                                                      : "message SEND";
+  return std::string("verbs: ") + what + " " + CompletionCodeName(code) + ": " +
+         ibv_wc_status_str(wc.status) + why;
 }
 
 void OnCompletion(const ibv_wc& wc) {
@@ -143,6 +170,10 @@ void OnCompletion(const ibv_wc& wc) {
     std::lock_guard lock(endpoint->mu);
     ++endpoint->credits;
     --op->outstanding;
+    if (op->slot >= 0) {
+      endpoint->free_send_slots.push_back(op->slot);
+      op->slot = -1;
+    }
     if (wc.status != IBV_WC_SUCCESS) {
       const bool first = endpoint->broken.empty();
       if (first) {
@@ -186,7 +217,13 @@ void DrainCq(Context* context) {
   ibv_wc completions[32];
   int count;
   while ((count = ibv_poll_cq(context->cq, 32, completions)) > 0) {
-    for (int i = 0; i < count; ++i) OnCompletion(completions[i]);
+    for (int i = 0; i < count; ++i) {
+      if (completions[i].wr_id & kReceiveWrId) {
+        OnReceive(context, completions[i]);
+      } else {
+        OnCompletion(completions[i]);
+      }
+    }
   }
 }
 

@@ -10,6 +10,9 @@
 // life, so a peer that goes away frees the QP it served. Transfers are RDMA
 // READ (get) or WRITE (put), cut into RDV_IB_CHUNK_BYTES work requests with
 // up to RDV_IB_QUEUE_DEPTH in flight per QP; the rest wait in order.
+// Messages (ABI v3) are SENDs, queued in order with the transfers, into the
+// shared receive queue every QP of the peer's context takes its receives
+// from (verbs_messages.cc).
 //
 // A completion error fails its transfer with the ibv_wc_status string and
 // puts the QP out of service: later posts on that endpoint fail at once
@@ -62,6 +65,7 @@ void Finalize(rdv_transport_context_t handle) {
     ibv_destroy_qp(accepted.qp);
     close(socket_fd);
   }
+  StopMessages(context);
   if (context->listener >= 0) close(context->listener);
   if (context->wake >= 0) close(context->wake);
   if (context->kick >= 0) close(context->kick);
@@ -76,6 +80,10 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
          rdv_transport_error_t* error) {
   auto context = std::make_unique<Context>();
   context->log.Configure(params);
+  if (params->field_mask & RDV_TRANSPORT_INIT_FIELD_MESSAGES) {
+    context->on_message = params->on_message;
+    context->on_message_user = params->on_message_user;
+  }
   int code = ReadSettings(params, &context->settings, error);
   if (code == RDV_TRANSPORT_OK) code = OpenDevice(context.get(), error);
   if (code != RDV_TRANSPORT_OK) {
@@ -93,7 +101,8 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
     code = ErrnoError(error, RDV_TRANSPORT_RESOURCE_EXHAUSTED, "protection domain or CQ", errno);
   } else {
     fcntl(c->channel->fd, F_SETFL, fcntl(c->channel->fd, F_GETFL) | O_NONBLOCK);
-    code = StartListener(c, error);
+    code = StartMessages(c, error);
+    if (code == RDV_TRANSPORT_OK) code = StartListener(c, error);
   }
   if (code != RDV_TRANSPORT_OK) {
     Finalize(reinterpret_cast<rdv_transport_context_t>(context.release()));
@@ -128,8 +137,12 @@ int Query(rdv_transport_context_t handle, rdv_transport_attributes_t* attributes
   }
   if (mask & RDV_TRANSPORT_ATTR_FIELD_GPUDIRECT) attributes->gpudirect = gpudirect;
   if (mask & RDV_TRANSPORT_ATTR_FIELD_OPS) {
-    attributes->ops = RDV_TRANSPORT_OP_GET | RDV_TRANSPORT_OP_PUT;
+    attributes->ops = RDV_TRANSPORT_OP_GET | RDV_TRANSPORT_OP_PUT |
+                      (context->srq != nullptr ? uint32_t{RDV_TRANSPORT_OP_MESSAGE} : 0u);
     attributes->preferred_op = RDV_TRANSPORT_OP_GET;
+  }
+  if (mask & RDV_TRANSPORT_ATTR_FIELD_MAX_MESSAGE) {
+    attributes->max_message_bytes = context->srq != nullptr ? kMaxMessageBytes : 0;
   }
   if (mask & RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION) {
     std::snprintf(attributes->description, sizeof(attributes->description), "%s",
@@ -376,12 +389,41 @@ int PostRecv(rdv_transport_context_t, void*, rdv_transport_memory_t, size_t, uin
                   "verbs: tagged messages are not offered; use get or put");
 }
 
-// Messages need receive buffers posted on every queue pair and credits to
-// keep them filled; until the verbs plugin has them (issue 19) it does not
-// offer RDV_TRANSPORT_OP_MESSAGE, and rdv keeps to the control plane.
-int PostMessage(rdv_transport_endpoint_t, const void*, size_t, rdv_transport_completion_fn, void*,
-                rdv_transport_error_t* error) {
-  return SetError(error, RDV_TRANSPORT_UNIMPLEMENTED, "verbs: messages are not offered yet");
+// The message is copied before this returns; it waits in the endpoint's
+// queue, in order with its transfers, until the QP has room.
+int PostMessage(rdv_transport_endpoint_t handle, const void* message, size_t length,
+                rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error) {
+  auto* endpoint = reinterpret_cast<Endpoint*>(handle);
+  if (endpoint->context->srq == nullptr) {
+    return SetError(error, RDV_TRANSPORT_UNIMPLEMENTED,
+                    "verbs: messages are not offered: the device has no shared receive queue");
+  }
+  if (length > kMaxMessageBytes) {
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                    "verbs: a message of %zu bytes; verbs messages carry at most %zu", length,
+                    kMaxMessageBytes);
+  }
+  auto op = std::make_unique<Operation>();
+  op->endpoint = endpoint;
+  op->done = done;
+  op->user = user;
+  op->opcode = IBV_WR_SEND;
+  op->payload.assign(static_cast<const char*>(message), length);
+  op->length = length;
+  std::vector<Operation*> over;
+  {
+    std::lock_guard lock(endpoint->mu);
+    if (!endpoint->broken.empty()) {
+      return SetError(error, RDV_TRANSPORT_UNAVAILABLE,
+                      "verbs: the queue pair is out of service (%s); connect anew",
+                      endpoint->broken.c_str());
+    }
+    if (int code = EnsureSendSlotsLocked(endpoint, error)) return code;
+    endpoint->waiting.push_back(op.release());
+    PumpLocked(endpoint, &over);
+  }
+  Defer(endpoint->context, over);
+  return RDV_TRANSPORT_OK;
 }
 
 const rdv_transport_v3_t kTransport = {

@@ -31,6 +31,40 @@ TEST(FastPathWireTest, ARequestArrivesAsSent) {
   EXPECT_FALSE(DecodeFastNotice(bytes).ok()) << "a request is not a notice";
 }
 
+TEST(FastPathWireTest, AWriteRequestCarriesItsDestination) {
+  FastRequest request;
+  request.request_id = 5;
+  request.put = true;
+  request.put_address = 0x7f0012345000ull;
+  request.put_key = std::string(kMaxPutKeyBytes, 'k');
+  absl::StatusOr<FastRequest> decoded = DecodeFastRequest(EncodeFastRequest(request));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(decoded->put);
+  EXPECT_EQ(decoded->put_address, request.put_address);
+  EXPECT_EQ(decoded->put_key, request.put_key);
+  request.put_key.clear();  // zero bytes: nothing to reach
+  decoded = DecodeFastRequest(EncodeFastRequest(request));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(decoded->put);
+  EXPECT_TRUE(decoded->put_key.empty());
+}
+
+TEST(FastPathWireTest, AWriteRequestsKeyIsBoundedAndMatchesItsLength) {
+  FastRequest request;
+  request.put = true;
+  request.put_key = std::string(kMaxPutKeyBytes + 1, 'k');
+  EXPECT_TRUE(absl::StrContains(DecodeFastRequest(EncodeFastRequest(request)).status().message(),
+                                "remote key"));
+  request.put_key = "sealed";
+  const std::string bytes = EncodeFastRequest(request);
+  EXPECT_TRUE(absl::StrContains(DecodeFastRequest(bytes + "x").status().message(), "says it has"));
+  EXPECT_FALSE(DecodeFastRequest(bytes.substr(0, bytes.size() - 1)).ok());
+  std::string unknown_flags = bytes;
+  unknown_flags[unknown_flags.size() - request.put_key.size() - 4] = 6;
+  EXPECT_TRUE(
+      absl::StrContains(DecodeFastRequest(unknown_flags).status().message(), "unknown flags"));
+}
+
 TEST(FastPathWireTest, AWithdrawalArrivesAsSent) {
   const std::string bytes = EncodeFastWithdrawal({0xfeedull, 12, 34});
   ASSERT_EQ(*PeekFastKind(bytes), FastKind::kWithdraw);
@@ -79,6 +113,8 @@ TEST(FastPathWireTest, AnythingElseIsRefusedWithAReason) {
   FastNotice notice;
   notice.kind = FastNoticeKind::kWithdrawn;
   EXPECT_EQ(DecodeFastNotice(EncodeFastNotice(notice))->kind, FastNoticeKind::kWithdrawn);
+  notice.kind = FastNoticeKind::kLanded;
+  EXPECT_EQ(DecodeFastNotice(EncodeFastNotice(notice))->kind, FastNoticeKind::kLanded);
   notice.kind = static_cast<FastNoticeKind>(42);
   EXPECT_FALSE(DecodeFastNotice(EncodeFastNotice(notice)).ok());
   notice.kind = FastNoticeKind::kFailed;

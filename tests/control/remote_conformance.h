@@ -66,6 +66,7 @@ struct ProtocolSetting {
   bool needs_rdma = false;  // runs on an RDMA device (tests/softroce runs it)
   const char* ucx_op = nullptr;  // RDV_UCX_OP, or null
   bool fast_path = false;        // RDV_FAST_PATH on both workers
+  bool fast_path_writes = false;  // RDV_FAST_PATH_WRITES on both workers
 };
 
 // ctest lists each case under the setting's name.
@@ -123,6 +124,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     options.control.peer_timeout = kPeerTimeout;
     options.data_plane.transport_settings = TransportSettingsOf(GetParam());
     options.control.fast_path = GetParam().fast_path;
+    options.control.fast_path_writes = GetParam().fast_path_writes;
     // The door the environment sets up (tests/control/CMakeLists.txt runs
     // the suite once more with TLS and a token), for the producer too.
     absl::StatusOr<SecurityOptions> security = SecurityOptions::FromEnvironment();
@@ -193,6 +195,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     EnvChanges env = extra_producer_env_;
     const ProtocolSetting& setting = GetParam();
     env.emplace_back("RDV_FAST_PATH", setting.fast_path ? "1" : "0");
+    env.emplace_back("RDV_FAST_PATH_WRITES", setting.fast_path_writes ? "1" : "0");
     if (!setting.needs_rdma) return env;
     if (setting.ucx_tls != nullptr) env.emplace_back("UCX_UD_VERBS_ETH_DGID_CHECK", "n");
     if (const char* peer = std::getenv("RDV_TEST_PEER_IB_DEVICE")) {

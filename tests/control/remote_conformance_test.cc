@@ -340,6 +340,16 @@ INSTANTIATE_TEST_SUITE_P(
                       ProtocolSetting{"grpc_ucx_tcp_fast", "grpc+ucx", "tcp", false, nullptr,
                                       true},
                       ProtocolSetting{"grpc_ucx_shm_fast", "grpc+ucx", "posix,cma,self", false,
+                                      nullptr, true},
+                      // The fast path's design B: the producer writes the
+                      // consumer's destination, then says so. Forced here
+                      // (RDV_FAST_PATH_WRITES); verbs and UCX over RDMA,
+                      // whose producers are read from, always write.
+                      ProtocolSetting{"grpc_ucx_shm_fast_write", "grpc+ucx", "posix,cma,self",
+                                      false, nullptr, true, true},
+                      ProtocolSetting{"grpc_verbs_fast", "grpc+verbs", nullptr, true, nullptr,
+                                      true},
+                      ProtocolSetting{"grpc_ucx_rdma_fast", "grpc+ucx", "rc_verbs,ud_verbs", true,
                                       nullptr, true}),
     [](const ::testing::TestParamInfo<ProtocolSetting>& param_info) {
       return std::string(param_info.param.name);
