@@ -229,6 +229,13 @@ void FastPath::Notify(DataPlane* data_plane, const std::string& consumer_address
 }
 
 void FastPath::OnNotice(const FastNotice& notice) {
+  // Ends the write's Fetch, whose end completes the Recv.
+  if (notice.kind == FastNoticeKind::kLanded) {
+    if (!env_.data_plane->Landed(notice.request_id)) {
+      Refuse(absl::NotFoundError("a landed notice for no write awaited"));
+    }
+    return;
+  }
   std::shared_ptr<FastRecvCall> call;
   {
     std::lock_guard lock(waiting_->mu);
@@ -371,11 +378,6 @@ void FastRecvCall::Abort(const absl::Status& status) {
 }
 
 void FastRecvCall::Told(const FastNotice& notice) {
-  if (notice.kind == FastNoticeKind::kLanded) {
-    // Ends the transfer's Fetch, OK; none waits when it ended first.
-    data_plane_->Landed(request_id_);
-    return;
-  }
   std::shared_ptr<SideTransfer> transfer;
   {
     std::lock_guard lock(mu_);

@@ -259,6 +259,46 @@ TEST_P(RemoteConformanceTest, FastPathBoundsTheRequestsWaitingAtTheProducer) {
 
 // The producer dies while a fast Recv waits: UNAVAILABLE within the peer
 // timeout (its PeerWatch), never a hang.
+// Messages from anyone who reaches the worker's transport: garbage, and
+// well-formed ones naming no key id, request or awaited write, are
+// dropped and counted; a Recv of the key still comes right after them.
+TEST_P(RemoteConformanceTest, FastPathForgedMessagesAreRefusedAndCounted) {
+  RDV_SKIP_UNLESS_FAST_PATH();
+  const ParsedKey key = Key("forged");
+  ASSERT_TRUE(Produce(77, {Item(key, DType::kUInt8, {1 << 16}, 1)}).ok());
+  ExpectPattern(77, key, 1, 1 << 16);
+  const plugin::Transport& transport = consumer_->data_plane()->transport();
+  auto forger = plugin::Transport::Load(transport.name(), TransportSettingsOf(GetParam()));
+  ASSERT_TRUE(forger.ok()) << forger.status();
+  auto endpoint = (*forger)->Connect(consumer_->data_plane()->local_address());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  FastRequest request;
+  request.key_id = 0x5eed;  // not an id this worker issued
+  request.put = true;
+  const std::vector<std::string> forged = {
+      "not a fast-path message",
+      EncodeFastNotice({0xbad, FastNoticeKind::kLanded, 0, ""}),
+      EncodeFastNotice({0xbad, FastNoticeKind::kFailed, 10, "forged"}),
+      EncodeFastRequest(request),
+      EncodeFastWithdrawal({0x5eed, 77, 1})};
+  const int64_t refused_before = consumer_->fast_path()->refused();
+  for (const std::string& message : forged) {
+    Notification sent;
+    (*forger)->SendMessage(**endpoint, message, [&](absl::Status status) {
+      EXPECT_TRUE(status.ok()) << status;
+      sent.Notify();
+    });
+    ASSERT_TRUE(sent.WaitForNotificationWithTimeout(kWaitLimit));
+  }
+  EXPECT_TRUE(rdv::testing::PollUntil([&] {
+    return consumer_->fast_path()->refused() - refused_before ==
+           static_cast<int64_t>(forged.size());
+  })) << consumer_->fast_path()->refused() - refused_before << " of " << forged.size();
+  ASSERT_TRUE(Produce(77, {Item(key, DType::kUInt8, {1 << 16}, 2)}).ok());
+  ExpectPattern(77, key, 2, 1 << 16);
+  endpoint->reset();
+}
+
 TEST_P(RemoteConformanceTest, FastPathProducerDeathFailsTheRecv) {
   RDV_SKIP_UNLESS_FAST_PATH();
   const ParsedKey key = Key("orphaned");
