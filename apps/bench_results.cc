@@ -80,11 +80,11 @@ absl::Status WriteResults(const std::vector<Row>& rows, const ResultFiles& files
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       out << absl::StrFormat(
-          "  {\"subject\": \"%s\", \"transport_env\": \"%s\", \"size_bytes\": %d, "
-          "\"iterations\": %d, \"bw_GBps_avg\": %.6f, \"bw_GBps_peak\": %.6f, "
+          "  {\"subject\": \"%s\", \"transport_env\": \"%s\", \"keys\": \"%s\", "
+          "\"size_bytes\": %d, \"iterations\": %d, \"bw_GBps_avg\": %.6f, \"bw_GBps_peak\": %.6f, "
           "\"lat_us_p50\": %.3f, \"lat_us_p99\": %.3f, \"verified\": %s}%s\n",
-          subject, env, r.size_bytes, r.iterations, r.bw_GBps_avg, r.bw_GBps_peak, r.lat_us_p50,
-          r.lat_us_p99, files.verified ? "true" : "false",
+          subject, env, files.keys, r.size_bytes, r.iterations, r.bw_GBps_avg, r.bw_GBps_peak,
+          r.lat_us_p50, r.lat_us_p99, files.verified ? "true" : "false",
           i + 1 < rows.size() ? "," : "");
     }
     out << "]\n";
@@ -95,12 +95,12 @@ absl::Status WriteResults(const std::vector<Row>& rows, const ResultFiles& files
   const std::string data = !csv.empty() ? csv : plot.empty() ? "" : plot + ".csv";
   if (!data.empty()) {
     std::ofstream out(data);
-    out << "subject,transport_env,size_bytes,iterations,bw_GBps_avg,bw_GBps_peak,lat_us_p50,"
-           "lat_us_p99\n";
+    out << "subject,transport_env,keys,size_bytes,iterations,bw_GBps_avg,bw_GBps_peak,"
+           "lat_us_p50,lat_us_p99\n";
     for (const Row& r : rows) {
-      out << absl::StrFormat("%s,%s,%d,%d,%.6f,%.6f,%.3f,%.3f\n", subject, env, r.size_bytes,
-                             r.iterations, r.bw_GBps_avg, r.bw_GBps_peak, r.lat_us_p50,
-                             r.lat_us_p99);
+      out << absl::StrFormat("%s,%s,%s,%d,%d,%.6f,%.6f,%.3f,%.3f\n", subject, env, files.keys,
+                             r.size_bytes, r.iterations, r.bw_GBps_avg, r.bw_GBps_peak,
+                             r.lat_us_p50, r.lat_us_p99);
     }
     if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", data));
   }
@@ -108,7 +108,7 @@ absl::Status WriteResults(const std::vector<Row>& rows, const ResultFiles& files
     const std::string script = absl::StrFormat(
         "set terminal pngcairo size 900,600; set output '%s'; set datafile separator ','; "
         "set logscale xy; set xlabel 'tensor bytes'; set ylabel 'GB/s'; set key left top; "
-        "set title 'rdv-bench %s'; plot '%s' skip 1 using 3:5 with linespoints title '%s'",
+        "set title 'rdv-bench %s'; plot '%s' skip 1 using 4:6 with linespoints title '%s'",
         plot, subject, data, subject);
     const std::string command = absl::StrCat("gnuplot -e \"", script, "\"");
     if (std::system(command.c_str()) != 0) {

@@ -36,6 +36,7 @@ void PrintRow(const Row& row);
 struct ResultFiles {
   std::string subject;   // "rdv:<protocol>" or "grpc-raw"
   std::string protocol;
+  std::string keys;      // "recurring" or "first" (rdv-bench --keys)
   bool verified = true;  // every received byte was checked
   std::string json;
   std::string csv;

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,10 @@ ABSL_FLAG(std::string, memory, "host",
           "where tensors live on both sides: host, or cuda (GPU 0 of each process; between "
           "processes of one host they cross by CUDA IPC unless RDV_CUDA_IPC=0)");
 ABSL_FLAG(std::string, direction, "pull", "pull (the consumer reads); push is not built yet");
+ABSL_FLAG(std::string, keys, "recurring",
+          "recurring: every Recv of a size takes the next value of one key (a training loop's "
+          "steady state: the fast path serves it); first: every Recv is of a key never "
+          "received before (RecvTensor, the first exchange of each key)");
 ABSL_FLAG(bool, no_verify, false, "skip checking the received bytes");
 ABSL_FLAG(bool, stats, false,
           "after the run, print the counters of both ends (as rdv-stat does): which path "
@@ -104,8 +109,15 @@ class Bench {
   std::string peer_address_;
   uint64_t peer_incarnation_ = 0;
   int64_t next_step_ = 1;
+  // The key of every Recv (--keys recurring), or the stem of each Recv's
+  // own key (--keys first).
   std::string key_;
   const bool raw_ = absl::GetFlag(FLAGS_subject) == "grpc-raw";
+  const bool first_keys_ = absl::GetFlag(FLAGS_keys) == "first";
+  int64_t next_key_ = 0;
+  std::deque<std::string> keys_sent_;  // --keys first: produced, not received yet, in order
+  // The key the next Produce item carries.
+  std::string NextKey();
 };
 
 absl::Status Bench::Connect() {
@@ -169,12 +181,19 @@ absl::StatusOr<std::string> Bench::StatsOfBothEnds() const {
   return tables;
 }
 
+std::string Bench::NextKey() {
+  if (!first_keys_) return key_;
+  std::string key = absl::StrCat(key_, "_", next_key_++);
+  keys_sent_.push_back(key);
+  return key;
+}
+
 absl::Status Bench::Produce(int64_t step, int64_t size, int count, uint32_t seed) {
   ProduceRequest request;
   request.set_step_id(step);
   for (int i = 0; i < count; ++i) {
     ProduceItem* item = request.add_items();
-    item->set_rendezvous_key(key_);
+    item->set_rendezvous_key(NextKey());
     item->set_dtype(static_cast<int>(DType::kUInt8));
     item->add_dims(size);
     item->set_seed(seed);
@@ -214,7 +233,15 @@ absl::Status Bench::Receive(int64_t step, int64_t size, int count,
     for (int i = 0; i < count; ++i) RDV_RETURN_IF_ERROR(FetchRaw(size, latencies));
     return absl::OkStatus();
   }
-  const ParsedKey key = *ParsedKey::Parse(key_);
+  std::vector<ParsedKey> keys;
+  for (int i = 0; i < count; ++i) {
+    if (!first_keys_) {
+      keys.push_back(*ParsedKey::Parse(key_));
+      continue;
+    }
+    keys.push_back(*ParsedKey::Parse(keys_sent_.front()));
+    keys_sent_.pop_front();
+  }
   auto rendezvous = consumer_->rendezvous_mgr().Find(step);
   std::vector<Tensor> values(count);
   std::vector<absl::Status> statuses(count);
@@ -222,7 +249,7 @@ absl::Status Bench::Receive(int64_t step, int64_t size, int count,
   std::vector<Notification> finished(count);
   const absl::Time start = absl::Now();
   for (int i = 0; i < count; ++i) {
-    rendezvous->RecvAsync(key, {}, [&, i](const absl::Status& status, const RendezvousArgs&,
+    rendezvous->RecvAsync(keys[i], {}, [&, i](const absl::Status& status, const RendezvousArgs&,
                                           const RendezvousArgs&, const Tensor& value, bool) {
       ends[i] = absl::Now();
       statuses[i] = status;
@@ -267,6 +294,7 @@ absl::Status Bench::Verify(const std::vector<Tensor>& received, uint32_t seed) {
 absl::StatusOr<Row> Bench::Measure(int64_t size) {
   const int64_t step = next_step_++;
   const uint32_t seed = static_cast<uint32_t>(step);
+  keys_sent_.clear();  // the last size's extra values went with its step
   const int batch = std::max(32, absl::GetFlag(FLAGS_in_flight));
   const double time_s = absl::GetFlag(FLAGS_time_s);
   int iterations = absl::GetFlag(FLAGS_iters);
@@ -371,6 +399,9 @@ absl::Status CheckFlags() {
     return absl::FailedPreconditionError(
         absl::StrCat("--memory cuda: ", cuda::UnavailableReason()));
   }
+  if (absl::GetFlag(FLAGS_keys) != "recurring" && absl::GetFlag(FLAGS_keys) != "first") {
+    return absl::InvalidArgumentError("--keys: use recurring or first");
+  }
   if (absl::GetFlag(FLAGS_in_flight) < 1 || absl::GetFlag(FLAGS_warmup) < 0) {
     return absl::InvalidArgumentError("--in_flight must be >= 1 and --warmup >= 0");
   }
@@ -384,11 +415,12 @@ absl::Status Run() {
   Bench bench;
   RDV_RETURN_IF_ERROR(bench.Connect());
   const std::string env = TransportEnv(absl::GetFlag(FLAGS_protocol));
-  std::printf("rdv-bench: %s %s%s%s, %s memory, %d in flight, %s\n",
+  std::printf("rdv-bench: %s %s%s%s, %s memory, %s keys, %d in flight, %s\n",
               absl::GetFlag(FLAGS_subject) == "grpc-raw" ? "raw unary gRPC calls on the channel of"
                                                            : "protocol",
               absl::GetFlag(FLAGS_protocol).c_str(), env.empty() ? "" : ", ", env.c_str(),
-              absl::GetFlag(FLAGS_memory).c_str(), absl::GetFlag(FLAGS_in_flight),
+              absl::GetFlag(FLAGS_memory).c_str(), absl::GetFlag(FLAGS_keys).c_str(),
+              absl::GetFlag(FLAGS_in_flight),
               absl::GetFlag(FLAGS_no_verify) ? "not verified" : "every byte verified");
   std::printf(" %-12s %-12s %-16s %-18s %-14s %-14s\n", "#bytes", "#iterations", "BW peak[GB/s]",
               "BW average[GB/s]", "lat p50[us]", "lat p99[us]");
@@ -409,6 +441,7 @@ absl::Status Run() {
                             ? "grpc-raw"
                             : absl::StrCat("rdv:", absl::GetFlag(FLAGS_protocol)),
              .protocol = absl::GetFlag(FLAGS_protocol),
+             .keys = absl::GetFlag(FLAGS_keys),
              .verified = !absl::GetFlag(FLAGS_no_verify) && absl::GetFlag(FLAGS_subject) != "grpc-raw",
              .json = absl::GetFlag(FLAGS_json),
              .csv = absl::GetFlag(FLAGS_csv),

@@ -5,7 +5,9 @@ beside its peers in one run, between two processes on loopback.
 Subjects, interleaved repetition by repetition so that they share the
 machine's moods: rdv:grpc and the raw gRPC reference (a bytes payload in a
 unary call on a channel with the same settings); for each UCX_TLS setting,
-rdv:grpc+ucx and ucx_perftest (put, get and tag bandwidth, tag latency);
+rdv:grpc+ucx with recurring keys (every Recv the next value of one key, a
+training loop's steady state) and with first-time keys (every Recv of a new
+key), and ucx_perftest (put, get and tag bandwidth, tag latency);
 rdv:grpc+verbs when an RDMA device is present. Prints medians [min-max]
 and the ratios rdv / best peer with each target's verdict, optionally
 writes --json (one row per subject, transport setting and size) and --plot
@@ -27,6 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ucx_perftest  # noqa: E402  (beside this file)
 
 PERFTEST_BW = ["ucp_put_bw", "ucp_get", "tag_bw"]
+# Where results of first-time keys are kept: "rdv:grpc+ucx" + FIRST_KEYS.
+FIRST_KEYS = "@first"
 # The targets, at 64 MiB over shared memory: grpc+ucx within 0.9x of the best
 # ucx_perftest, and 5x protocol grpc.
 TARGET_SIZE = 64 << 20
@@ -68,8 +72,10 @@ class Results:
         for (subject, env, size), bw in sorted(self.bw.items()):
             p50 = self.p50.get((subject, env, size))
             p99 = self.p99.get((subject, env, size))
+            name, first, _ = subject.partition(FIRST_KEYS)
+            keys = "first" if first else "recurring" if name.startswith("rdv:") else None
             rows.append({
-                "subject": subject, "transport_env": env, "size_bytes": size,
+                "subject": name, "transport_env": env, "keys": keys, "size_bytes": size,
                 "repetitions": len(bw), "bw_GBps_median": statistics.median(bw),
                 "bw_GBps_min": min(bw), "bw_GBps_max": max(bw),
                 "lat_us_p50": statistics.median(p50) if p50 else None,
@@ -77,11 +83,11 @@ class Results:
         return rows
 
 
-def run_rdv_bench(rdv_bench, sizes, protocol, env, subject="rdv"):
+def run_rdv_bench(rdv_bench, sizes, protocol, env, subject="rdv", keys="recurring"):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         result = subprocess.run(
             [rdv_bench, "--local", "--protocol", protocol, "--subject", subject,
-             "--sizes", ",".join(map(str, sizes)), "--json", out.name],
+             "--sizes", ",".join(map(str, sizes)), "--keys", keys, "--json", out.name],
             env=dict(os.environ, **env), capture_output=True, text=True, timeout=1800)
         if result.returncode != 0:
             raise SystemExit(f"rdv-bench {protocol} {env} failed: {result.stderr.strip()}")
@@ -123,9 +129,11 @@ def measure(args, sizes, settings, results):
         for tls in settings:
             env = {"UCX_TLS": tls}
             label = f"UCX_TLS={tls}"
-            for row in run_rdv_bench(args.rdv_bench, sizes, "grpc+ucx", env):
-                results.add("rdv:grpc+ucx", label, row["size_bytes"], row["bw_GBps_avg"],
-                            row["lat_us_p50"], row["lat_us_p99"])
+            for keys, subject in (("recurring", "rdv:grpc+ucx"),
+                                  ("first", "rdv:grpc+ucx" + FIRST_KEYS)):
+                for row in run_rdv_bench(args.rdv_bench, sizes, "grpc+ucx", env, keys=keys):
+                    results.add(subject, label, row["size_bytes"], row["bw_GBps_avg"],
+                                row["lat_us_p50"], row["lat_us_p99"])
             os.environ["UCX_TLS"] = tls
             try:
                 for size in sizes:
@@ -186,6 +194,19 @@ def report(results, sizes, settings):
             best_cell = f"{best} {cell(results, f'ucx_perftest:{best}', label, size)}"
             print(f"{size:>10}  {cell(results, 'rdv:grpc+ucx', label, size):>24}  "
                   f"{best_cell:>34}  {ucx / best_bw:6.2f}  {ucx / grpc:9.2f}{verdict}")
+    for tls in settings:
+        label = f"UCX_TLS={tls}"
+        first = "rdv:grpc+ucx" + FIRST_KEYS
+        print(f"\nrdv:grpc+ucx, {label}: recurring keys (the fast path) beside first-time "
+              f"keys (RecvTensor each); p50 in us, bandwidth in GB/s")
+        print(f"{'size':>10}  {'p50 recurring':>14}  {'p50 first':>10}  {'ratio':>6}  "
+              f"{'GB/s recurring':>15}  {'GB/s first':>11}")
+        for size in sizes:
+            p50 = statistics.median(results.p50[("rdv:grpc+ucx", label, size)])
+            p50_first = statistics.median(results.p50[(first, label, size)])
+            print(f"{size:>10}  {p50:14.1f}  {p50_first:10.1f}  {p50 / p50_first:6.2f}  "
+                  f"{results.median('rdv:grpc+ucx', label, size):15.3f}  "
+                  f"{results.median(first, label, size):11.3f}")
     verbs = [key for key in results.bw if key[0] == "rdv:grpc+verbs"]
     if verbs:
         env = verbs[0][1]
@@ -208,7 +229,8 @@ def plot(results, path):
     # rdv's lines solid, the peers' dashed.
     plots = ", ".join(
         f"'{data}' index {i} using 1:2 with linespoints "
-        f"dashtype {1 if s.startswith('rdv:') else 2} title '{s} {e}'"
+        f"dashtype {1 if s.startswith('rdv:') else 2} "
+        f"title '{s.replace(FIRST_KEYS, ' first-time keys')} {e}'"
         for i, (s, e) in enumerate(series))
     title = (f"rdv-bench compare, two processes on loopback: {os.uname().nodename}, "
              f"{os.cpu_count()} CPUs, {datetime.date.today().isoformat()}")

@@ -34,7 +34,7 @@ if os.path.isdir("/sys/class/infiniband") and os.listdir("/sys/class/infiniband"
 else:
     print("skipped: grpc+verbs (no RDMA device; tests/softroce covers it)")
 
-fields = {"subject", "transport_env", "size_bytes", "iterations", "bw_GBps_avg",
+fields = {"subject", "transport_env", "keys", "size_bytes", "iterations", "bw_GBps_avg",
           "bw_GBps_peak", "lat_us_p50", "lat_us_p99", "verified"}
 with tempfile.TemporaryDirectory() as scratch:
     for protocol, env in protocols:
@@ -51,9 +51,27 @@ with tempfile.TemporaryDirectory() as scratch:
         for row in rows:
             check(set(row) == fields, f"{name}: fields {sorted(row)}")
             check(row["subject"] == "rdv:" + protocol, f"{name}: subject {row['subject']}")
-            check(row["iterations"] == 5 and row["verified"], f"{name}: {row}")
+            check(row["iterations"] == 5 and row["verified"] and row["keys"] == "recurring",
+                  f"{name}: {row}")
             check(row["bw_GBps_avg"] > 0 and row["lat_us_p99"] >= row["lat_us_p50"] > 0,
                   f"{name}: figures {row}")
+
+# --keys first: every Recv of a key never received before, so no Recv
+# takes the fast path; the bytes are still right and the rows say so. Two
+# sizes: the first leaves values it did not receive in its step.
+with tempfile.TemporaryDirectory() as scratch:
+    out = os.path.join(scratch, "first.json")
+    result = run(["--local", "--protocol", "grpc+ucx", "--sizes", "4K,64K", "--iters", "5",
+                  "--keys", "first", "--stats", "--json", out], {"UCX_TLS": "tcp"})
+    check(result.returncode == 0, f"--keys first: exit {result.returncode}: {result.stderr[-500:]}")
+    if result.returncode == 0:
+        rows = json.load(open(out))
+        check([(r["size_bytes"], r["keys"], r["verified"]) for r in rows] ==
+              [(4096, "first", True), (65536, "first", True)], f"--keys first: {rows}")
+        check('rdv_sent_transfers_total{path="fast_path"}' not in result.stdout,
+              f"--keys first took the fast path: {result.stdout[-800:]}")
+result = run(["--local", "--protocol", "grpc", "--keys", "sometimes"])
+check(result.returncode == 1 and "--keys" in result.stderr, f"--keys sometimes: {result.stderr}")
 
 # --stats: both ends' counters after the table, the path the bytes took.
 result = run(["--local", "--protocol", "grpc+ucx", "--sizes", "64K", "--iters", "5", "--stats"],
@@ -64,8 +82,8 @@ check(result.returncode == 0 and "counters of both ends" in result.stdout
       f"--stats: exit {result.returncode}: {result.stdout[-800:]}")
 
 # compare: one small run, its rows read back.
-compare_fields = {"subject", "transport_env", "size_bytes", "repetitions", "bw_GBps_median",
-                  "bw_GBps_min", "bw_GBps_max", "lat_us_p50", "lat_us_p99"}
+compare_fields = {"subject", "transport_env", "keys", "size_bytes", "repetitions",
+                  "bw_GBps_median", "bw_GBps_min", "bw_GBps_max", "lat_us_p50", "lat_us_p99"}
 with tempfile.TemporaryDirectory() as scratch:
     out = os.path.join(scratch, "compare.json")
     result = run(["compare", "--sizes", "4K", "--repetitions", "1", "--ucx-tls", "tcp",
@@ -78,6 +96,8 @@ with tempfile.TemporaryDirectory() as scratch:
                     ("ucx_perftest:ucp_put_bw", "UCX_TLS=tcp"), ("ucx_perftest:ucp_get", "UCX_TLS=tcp"),
                     ("ucx_perftest:tag_bw", "UCX_TLS=tcp"), ("ucx_perftest:tag_lat", "UCX_TLS=tcp")}
         check(expected <= subjects, f"compare: subjects {sorted(subjects)}")
+        ucx_keys = {r["keys"] for r in rows if r["subject"] == "rdv:grpc+ucx"}
+        check(ucx_keys == {"recurring", "first"}, f"compare: rdv:grpc+ucx keys {ucx_keys}")
         for row in rows:
             check(set(row) == compare_fields, f"compare: fields {sorted(row)}")
             check(row["size_bytes"] == 4096 and row["repetitions"] == 1
