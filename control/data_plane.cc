@@ -171,7 +171,10 @@ void DataPlane::SendToConsumer(Tensor tensor, std::shared_ptr<const void> hold,
 }
 
 absl::StatusOr<std::unique_ptr<plugin::TransportMemory>> DataPlane::ExposeForPut(
-    const Tensor& destination) const {
+    const Tensor& destination) {
+  put_exposures_.fetch_add(1, std::memory_order_relaxed);
+  put_bytes_exposed_.fetch_add(static_cast<int64_t>(destination.TotalBytes()),
+                                std::memory_order_relaxed);
   return transport_->Register(destination.data(), std::max<size_t>(destination.TotalBytes(), 1),
                               destination.location());
 }

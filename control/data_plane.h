@@ -96,7 +96,10 @@ class DataPlane {
   // the producer's access where the transport can (verbs and UCX over
   // RDMA deregister; UCX over shared memory or tcp cannot).
   absl::StatusOr<std::unique_ptr<plugin::TransportMemory>> ExposeForPut(
-      const Tensor& destination) const;
+      const Tensor& destination);
+  // Destinations ExposeForPut registered, and their bytes.
+  int64_t put_exposures() const { return put_exposures_.load(); }
+  int64_t put_bytes_exposed() const { return put_bytes_exposed_.load(); }
   // The producer says the write into transfer `transfer_id` (a Fetch of op
   // put) landed: that Fetch ends OK. False when none waits.
   bool Landed(uint64_t transfer_id);
@@ -159,6 +162,8 @@ class DataPlane {
       std::make_shared<std::atomic<int64_t>>(0);
   const std::shared_ptr<std::atomic<int64_t>> sends_in_flight_ =
       std::make_shared<std::atomic<int64_t>>(0);
+  std::atomic<int64_t> put_exposures_{0};
+  std::atomic<int64_t> put_bytes_exposed_{0};
 
   std::mutex puts_mu_;
   // Fetches of op put waiting for their producer's write, by transfer id.

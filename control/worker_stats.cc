@@ -116,6 +116,8 @@ void WorkerStats::AppendTo(const DataPlane* data_plane, GetStatsResponse* respon
   Add(response, "rdv_registration_cache_hits_total", cache.hits);
   Add(response, "rdv_registration_cache_misses_total", cache.misses);
   Add(response, "rdv_registration_cache_bytes_registered_total", cache.bytes_registered);
+  Add(response, "rdv_fast_path_destinations_registered_total", data_plane->put_exposures());
+  Add(response, "rdv_fast_path_bytes_registered_total", data_plane->put_bytes_exposed());
   const plugin::TransportAllocatorStats pool = data_plane->allocator()->stats();
   Add(response, "rdv_pool_allocations_total", pool.allocations);
   Add(response, "rdv_pool_reused_total", pool.reused);
