@@ -320,6 +320,11 @@ void FastRecvCall::Start() {
   // Ended before the request went (an abort, or a cancellation that had
   // nothing to withdraw): nothing will be sent to the receive.
   if (ended) return transfer->Cancel();
+  RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' requested";
+  SendToProducer(EncodeFastRequest(RequestFor(std::move(put_key))), "request");
+}
+
+FastRequest FastRecvCall::RequestFor(std::string put_key) const {
   FastRequest request;
   request.key_id = known_.id;
   request.step_id = step_id_;
@@ -332,8 +337,7 @@ void FastRecvCall::Start() {
   request.put = known_.put;
   request.put_address = reinterpret_cast<uint64_t>(destination_.data());
   request.put_key = std::move(put_key);
-  RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' requested";
-  SendToProducer(EncodeFastRequest(request), "request");
+  return request;
 }
 
 void FastRecvCall::SendToProducer(std::string message, absl::string_view what) {

@@ -191,6 +191,8 @@ class FastRecvCall final : public AbortableCall,
   void Told(const FastNotice& notice);
 
  private:
+  // The request for the destination; `put_key` reaches it (design B).
+  FastRequest RequestFor(std::string put_key) const;
   // Sends the producer `message`; a transport that cannot reach it aborts
   // the Recv (nothing can come from it either).
   void SendToProducer(std::string message, absl::string_view what);
