@@ -179,15 +179,18 @@ absl::StatusOr<std::unique_ptr<plugin::TransportMemory>> DataPlane::ExposeForPut
                               destination.location());
 }
 
+plugin::TransportDone DataPlane::TakeAwaitedPut(uint64_t transfer_id) {
+  std::lock_guard lock(puts_mu_);
+  auto it = puts_awaited_.find(transfer_id);
+  if (it == puts_awaited_.end()) return nullptr;
+  plugin::TransportDone done = std::move(it->second);
+  puts_awaited_.erase(it);
+  return done;
+}
+
 bool DataPlane::Landed(uint64_t transfer_id) {
-  plugin::TransportDone done;
-  {
-    std::lock_guard lock(puts_mu_);
-    auto it = puts_awaited_.find(transfer_id);
-    if (it == puts_awaited_.end()) return false;
-    done = std::move(it->second);
-    puts_awaited_.erase(it);
-  }
+  plugin::TransportDone done = TakeAwaitedPut(transfer_id);
+  if (!done) return false;
   std::move(done)(absl::OkStatus());
   return true;
 }
@@ -272,14 +275,7 @@ void DataPlane::CancelFetch(const TransportDescriptor& descriptor, bool producer
     transport_->CancelRecv(descriptor.transfer_id()).IgnoreError();
   }
   if (descriptor.op() == TRANSFER_OP_PUT) {
-    plugin::TransportDone awaited;
-    {
-      std::lock_guard lock(puts_mu_);
-      if (auto it = puts_awaited_.find(descriptor.transfer_id()); it != puts_awaited_.end()) {
-        awaited = std::move(it->second);
-        puts_awaited_.erase(it);
-      }
-    }
+    plugin::TransportDone awaited = TakeAwaitedPut(descriptor.transfer_id());
     if (awaited) std::move(awaited)(absl::CancelledError("the write it waited for was cancelled"));
   }
   if (producer_lost) endpoints_.PeerLost(descriptor.producer_transport_address());

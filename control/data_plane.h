@@ -145,6 +145,9 @@ class DataPlane {
                                                  plugin::TransportDone done) &&>;
   void SendToConsumer(Tensor tensor, std::shared_ptr<const void> hold, const std::string& address,
                       ConsumerWatcher consumer, PostToConsumer post, plugin::TransportDone sent);
+  // The Fetch of op put waiting under `transfer_id`, taken out; null when
+  // none waits.
+  plugin::TransportDone TakeAwaitedPut(uint64_t transfer_id);
   // The registration the transport reads into `destination` with.
   absl::StatusOr<plugin::Registration> LocalMemory(const Tensor& destination);
 
