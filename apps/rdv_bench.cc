@@ -53,7 +53,11 @@ ABSL_FLAG(std::string, sizes, "4K:64M",
           "tensor sizes in bytes: a doubling range LOW:HIGH, or a list A,B,C (K, M, G suffixes)");
 ABSL_FLAG(int, iters, 0, "Recvs per size (0: enough for 256 MiB, 5 to 1000)");
 ABSL_FLAG(double, time_s, 0, "seconds per size instead of a count (0: use --iters)");
-ABSL_FLAG(int, warmup, 3, "untimed Recvs per size first");
+ABSL_FLAG(int, warmup, 3,
+          "untimed Recvs per size first, in whole windows of --in_flight and, unless 0, at "
+          "least two windows: a recurring key's first window takes RecvTensor (the key is not "
+          "known yet) and its second pays for the fast path's first use (the transport's "
+          "endpoint wireup, milliseconds)");
 ABSL_FLAG(int, in_flight, 1, "Recvs in flight at once");
 ABSL_FLAG(std::string, memory, "host",
           "where tensors live on both sides: host, or cuda (GPU 0 of each process; between "
@@ -303,16 +307,17 @@ absl::StatusOr<Row> Bench::Measure(int64_t size) {
   }
   const int window = absl::GetFlag(FLAGS_in_flight);
   const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int warmup_rounds = warmup == 0 ? 0 : std::max(2, (warmup + window - 1) / window);
   std::vector<double> latencies;
   double busy = 0;
   double best_window = 0;  // bytes per second of the fastest window
   int buffered = 0;  // Sent by the peer, not received yet
   const absl::Time deadline = absl::Now() + absl::Seconds(time_s);
-  for (int round = 0; round * window < warmup ||
+  for (int round = 0; round < warmup_rounds ||
                       (time_s > 0 ? absl::Now() < deadline
                                   : static_cast<int>(latencies.size()) < iterations);
        ++round) {
-    const bool warm = round * window >= warmup;
+    const bool warm = round >= warmup_rounds;
     const int count = warm && time_s <= 0
                           ? std::min(window, iterations - static_cast<int>(latencies.size()))
                           : window;

@@ -8,7 +8,10 @@ unary call on a channel with the same settings); for each UCX_TLS setting,
 rdv:grpc+ucx with recurring keys (every Recv the next value of one key, a
 training loop's steady state) and with first-time keys (every Recv of a new
 key), and ucx_perftest (put, get and tag bandwidth, tag latency);
-rdv:grpc+verbs when an RDMA device is present. Prints medians [min-max]
+rdv:grpc+verbs when an RDMA device is present. Apart, at 64 B: the
+recurring Recv's p50 latency with the UCX progress thread in its default
+mode (wait) and polling, beside the raw gRPC round trip and ucx_perftest's
+tag latency. Prints medians [min-max]
 and the ratios rdv / best peer with each target's verdict, optionally
 writes --json (one row per subject, transport setting and size) and --plot
 (PNG, gnuplot). Exits 0 when every measurement ran, whatever the verdicts
@@ -37,6 +40,15 @@ TARGET_SIZE = 64 << 20
 TARGET_SHM = "posix,cma,self"
 TARGET_VS_PERFTEST = 0.9
 TARGET_VS_GRPC = 5.0
+# The small-message latency table: its results are kept under subject +
+# LATENCY. The target, a recurring Recv within 0.2x of the raw gRPC unary
+# round trip, applies to the default progress mode (the first); polling is
+# reported beside it: two spinning progress threads and the callers share
+# a small machine's cores, so it is not the faster mode everywhere.
+LATENCY = "@latency"
+LATENCY_SIZE = 64
+TARGET_LATENCY_VS_RAW = 0.2
+PROGRESS_MODES = ("wait", "poll")
 
 
 def parse_size(text):
@@ -72,10 +84,12 @@ class Results:
         for (subject, env, size), bw in sorted(self.bw.items()):
             p50 = self.p50.get((subject, env, size))
             p99 = self.p99.get((subject, env, size))
-            name, first, _ = subject.partition(FIRST_KEYS)
-            keys = "first" if first else "recurring" if name.startswith("rdv:") else None
+            name = subject.replace(FIRST_KEYS, "").replace(LATENCY, "")
+            keys = ("first" if FIRST_KEYS in subject
+                    else "recurring" if name.startswith("rdv:") else None)
             rows.append({
-                "subject": name, "transport_env": env, "keys": keys, "size_bytes": size,
+                "subject": name, "transport_env": env, "keys": keys,
+                "table": "latency" if LATENCY in subject else "sizes", "size_bytes": size,
                 "repetitions": len(bw), "bw_GBps_median": statistics.median(bw),
                 "bw_GBps_min": min(bw), "bw_GBps_max": max(bw),
                 "lat_us_p50": statistics.median(p50) if p50 else None,
@@ -145,11 +159,65 @@ def measure(args, sizes, settings, results):
                                 latency, latency)
             finally:
                 del os.environ["UCX_TLS"]
+        measure_latency(args, settings, results)
         if verbs:
             env = {"RDV_IB_DEVICE": verbs}
             for row in run_rdv_bench(args.rdv_bench, sizes, "grpc+verbs", env):
                 results.add("rdv:grpc+verbs", f"RDV_IB_DEVICE={verbs}", row["size_bytes"],
                             row["bw_GBps_avg"], row["lat_us_p50"], row["lat_us_p99"])
+
+
+def measure_latency(args, settings, results):
+    """One repetition of the 64 B table: raw gRPC, then per UCX_TLS the
+    recurring Recv in each progress mode and ucx_perftest's tag latency."""
+    size = LATENCY_SIZE
+    for row in run_rdv_bench(args.rdv_bench, [size], "grpc", {}, subject="grpc-raw"):
+        results.add("grpc-raw" + LATENCY, "", size, row["bw_GBps_avg"], row["lat_us_p50"],
+                    row["lat_us_p99"])
+    for tls in settings:
+        for progress in PROGRESS_MODES:
+            env = {"UCX_TLS": tls, "RDV_UCX_PROGRESS": progress}
+            for row in run_rdv_bench(args.rdv_bench, [size], "grpc+ucx", env):
+                results.add("rdv:grpc+ucx" + LATENCY, latency_label(tls, progress), size,
+                            row["bw_GBps_avg"], row["lat_us_p50"], row["lat_us_p99"])
+        os.environ["UCX_TLS"] = tls
+        try:
+            latency = perftest_latency_us(size)
+        finally:
+            del os.environ["UCX_TLS"]
+        results.add("ucx_perftest:tag_lat" + LATENCY, f"UCX_TLS={tls}", size,
+                    size / latency / 1e3, latency, latency)
+
+
+def latency_label(tls, progress):
+    return f"UCX_TLS={tls} RDV_UCX_PROGRESS={progress}"
+
+
+def report_latency(results, settings):
+    """The 64 B table; returns the targets missed."""
+    missed = []
+    size = LATENCY_SIZE
+    raw = statistics.median(results.p50[("grpc-raw" + LATENCY, "", size)])
+    print(f"\n{size} B Recv of a recurring key, p50 in us (median of repetitions); raw gRPC "
+          f"unary round trip {raw:.1f} us; target <= {TARGET_LATENCY_VS_RAW}x raw gRPC")
+    print(f"{'UCX_TLS':>16}  {'progress':>8}  {'rdv p50':>8}  {'/raw gRPC':>9}  "
+          f"{'ucx_perftest tag_lat':>20}  verdict")
+    for tls in settings:
+        tag = statistics.median(results.p50[("ucx_perftest:tag_lat" + LATENCY, f"UCX_TLS={tls}",
+                                             size)])
+        for progress in PROGRESS_MODES:
+            p50 = statistics.median(results.p50[("rdv:grpc+ucx" + LATENCY,
+                                                 latency_label(tls, progress), size)])
+            verdict = "reported"
+            if progress == PROGRESS_MODES[0]:
+                met = p50 / raw <= TARGET_LATENCY_VS_RAW
+                verdict = "met" if met else "missed"
+                if not met:
+                    missed.append(f"<= {TARGET_LATENCY_VS_RAW}x the raw gRPC round trip at "
+                                  f"{size} B over UCX_TLS={tls} ({p50 / raw:.2f}x)")
+            print(f"{tls:>16}  {progress:>8}  {p50:8.1f}  {p50 / raw:9.2f}  {tag:20.2f}  "
+                  f"{verdict}")
+    return missed
 
 
 def cell(results, subject, env, size):
@@ -207,6 +275,7 @@ def report(results, sizes, settings):
             print(f"{size:>10}  {p50:14.1f}  {p50_first:10.1f}  {p50 / p50_first:6.2f}  "
                   f"{results.median('rdv:grpc+ucx', label, size):15.3f}  "
                   f"{results.median(first, label, size):11.3f}")
+    missed += report_latency(results, settings)
     verbs = [key for key in results.bw if key[0] == "rdv:grpc+verbs"]
     if verbs:
         env = verbs[0][1]
@@ -218,7 +287,7 @@ def report(results, sizes, settings):
 def plot(results, path):
     """Bandwidth against size, one line per subject and setting (gnuplot)."""
     series = sorted({(subject, env) for subject, env, _ in results.bw
-                     if subject != "ucx_perftest:tag_lat"})
+                     if subject != "ucx_perftest:tag_lat" and LATENCY not in subject})
     data = path + ".dat"
     with open(data, "w") as out:
         for subject, env in series:

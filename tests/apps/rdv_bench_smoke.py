@@ -82,7 +82,7 @@ check(result.returncode == 0 and "counters of both ends" in result.stdout
       f"--stats: exit {result.returncode}: {result.stdout[-800:]}")
 
 # compare: one small run, its rows read back.
-compare_fields = {"subject", "transport_env", "keys", "size_bytes", "repetitions",
+compare_fields = {"subject", "transport_env", "keys", "table", "size_bytes", "repetitions",
                   "bw_GBps_median", "bw_GBps_min", "bw_GBps_max", "lat_us_p50", "lat_us_p99"}
 with tempfile.TemporaryDirectory() as scratch:
     out = os.path.join(scratch, "compare.json")
@@ -91,7 +91,12 @@ with tempfile.TemporaryDirectory() as scratch:
     check(result.returncode == 0, f"compare: exit {result.returncode}: {result.stderr[-800:]}")
     if result.returncode == 0:
         rows = json.load(open(out))
-        subjects = {(r["subject"], r["transport_env"]) for r in rows}
+        latency = {(r["subject"], r["transport_env"]) for r in rows if r["table"] == "latency"}
+        check(latency == {("grpc-raw", ""), ("ucx_perftest:tag_lat", "UCX_TLS=tcp"),
+                          ("rdv:grpc+ucx", "UCX_TLS=tcp RDV_UCX_PROGRESS=wait"),
+                          ("rdv:grpc+ucx", "UCX_TLS=tcp RDV_UCX_PROGRESS=poll")},
+              f"compare: latency table rows {sorted(latency)}")
+        subjects = {(r["subject"], r["transport_env"]) for r in rows if r["table"] == "sizes"}
         expected = {("rdv:grpc", ""), ("grpc-raw", ""), ("rdv:grpc+ucx", "UCX_TLS=tcp"),
                     ("ucx_perftest:ucp_put_bw", "UCX_TLS=tcp"), ("ucx_perftest:ucp_get", "UCX_TLS=tcp"),
                     ("ucx_perftest:tag_bw", "UCX_TLS=tcp"), ("ucx_perftest:tag_lat", "UCX_TLS=tcp")}
@@ -100,10 +105,12 @@ with tempfile.TemporaryDirectory() as scratch:
         check(ucx_keys == {"recurring", "first"}, f"compare: rdv:grpc+ucx keys {ucx_keys}")
         for row in rows:
             check(set(row) == compare_fields, f"compare: fields {sorted(row)}")
-            check(row["size_bytes"] == 4096 and row["repetitions"] == 1
+            check(row["size_bytes"] == (64 if row["table"] == "latency" else 4096)
+                  and row["repetitions"] == 1
                   and row["bw_GBps_min"] <= row["bw_GBps_median"] <= row["bw_GBps_max"],
                   f"compare: {row}")
         check("rdv:grpc beside raw gRPC" in result.stdout, "compare: no table")
+        check("64 B Recv of a recurring key" in result.stdout, "compare: no latency table")
 
 for args, what in [(["--local", "--protocol", "carrierpigeon"], "unknown protocol"),
                    (["--client", "127.0.0.1:1", "--protocol", "grpc"], "unreachable peer")]:

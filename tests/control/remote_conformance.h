@@ -384,7 +384,9 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
 
   // See ProducerLostMidTransferFailsTheRecvWithinThePeerTimeout. A transfer
   // may end before the producer stops: each attempt moves another tensor.
-  void ExpectLossMidTransferFailsTheRecv(bool blocking) {
+  // `recurring`: each attempt's key is received once whole first, so that
+  // the stalled Recv is its second value (the fast path's, where it is on).
+  void ExpectLossMidTransferFailsTheRecv(bool blocking, bool recurring = false) {
     DataPlane* plane = consumer_->data_plane();
     if (plane == nullptr) GTEST_SKIP() << "protocol grpc: the stream carries the bytes";
     const int64_t bytes = Capped(int64_t{256} << 20);
@@ -397,7 +399,11 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     for (int attempt = 0; attempt < 10; ++attempt) {
       const int64_t step = 40 + attempt;
       const ParsedKey key = Key(absl::StrCat("stalled", attempt));
-      ASSERT_TRUE(Produce(step, {Item(key, DType::kUInt8, {bytes}, 5)}).ok());
+      std::vector<ProduceItem> items(recurring ? 2 : 1, Item(key, DType::kUInt8, {bytes}, 5));
+      ASSERT_TRUE(Produce(step, std::move(items)).ok());
+      if (recurring) {
+        ASSERT_TRUE(RecvStatus(step, key).ok());
+      }
       PendingRecv pending;
       StartRecv(step, key, blocking, &pending);
       ASSERT_TRUE(rdv::testing::PollUntil(

@@ -310,6 +310,13 @@ TEST_P(RemoteConformanceTest, FastPathForgedMessagesAreRefusedAndCounted) {
   endpoint->reset();
 }
 
+// ProducerLostMidTransferFailsTheRecvWithinThePeerTimeout, on the fast
+// path: the consumer's own endpoint to the producer carries its requests.
+TEST_P(RemoteConformanceTest, FastPathProducerLostMidTransferFailsTheRecv) {
+  RDV_SKIP_UNLESS_FAST_PATH();
+  ExpectLossMidTransferFailsTheRecv(/*blocking=*/false, /*recurring=*/true);
+}
+
 TEST_P(RemoteConformanceTest, FastPathProducerDeathFailsTheRecv) {
   RDV_SKIP_UNLESS_FAST_PATH();
   const ParsedKey key = Key("orphaned");
