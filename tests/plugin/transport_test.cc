@@ -3,11 +3,6 @@
 #include "plugin/transport.h"
 
 #include <atomic>
-#include <chrono>
-#include <set>
-#include <mutex>
-#include <condition_variable>
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -18,10 +13,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "core/notification.h"
+#include "gtest/gtest.h"
+#include "tests/plugin/transport_conformance.h"
 
-namespace rdv::plugin {
+namespace rdv::plugin::conformance {
 namespace {
 
 class TransportLoaderTest : public ::testing::Test {
@@ -125,31 +121,6 @@ TEST_F(TransportLoaderTest, UnknownTransportSaysWhereItLooked) {
   EXPECT_NE(message.find(RDV_BROKEN_PLUGIN_DIR), std::string::npos) << message;
 }
 
-// Loads `name`, or says why the test cannot run here: the verbs transport
-// needs an RDMA device (tests/softroce runs these inside a SoftRoCE guest,
-// with RDV_TEST_REQUIRE_RDMA=1 so that a missing device fails instead).
-// RDV_TEST_PEER_IB_DEVICE puts the peer context on another device.
-std::shared_ptr<Transport> LoadOrSkip(const std::string& name, bool peer = false,
-                                      MessageHandler on_message = nullptr) {
-  const char* peer_device = std::getenv("RDV_TEST_PEER_IB_DEVICE");
-  TransportSettings settings;
-  if (peer && peer_device != nullptr && name == "verbs") settings["device"] = peer_device;
-  auto transport = Transport::Load(name, settings, std::move(on_message));
-  if (!transport.ok() && absl::IsUnavailable(transport.status()) &&
-      std::getenv("RDV_TEST_REQUIRE_RDMA") == nullptr) {
-    return nullptr;
-  }
-  EXPECT_TRUE(transport.ok()) << transport.status();
-  return transport.ok() ? *transport : nullptr;
-}
-
-#define RDV_LOAD_OR_SKIP(var, ...)                                                   \
-  auto var = LoadOrSkip(__VA_ARGS__);                                                \
-  if (var == nullptr) {                                                              \
-    if (HasFailure()) return;                                                        \
-    GTEST_SKIP() << "no device for transport " << GetParam() << " on this machine";  \
-  }
-
 // Moves `length` bytes from `source` (in `from`) to `destination` (in `to`)
 // with get (or put), through an endpoint of `to` (or `from`).
 absl::Status Move(Transport& from, TransportMemory& source, Transport& to,
@@ -207,9 +178,6 @@ absl::StatusOr<GetBetween> PrepareGet(const Transport& a, const Transport& b, si
   RDV_ASSIGN_OR_RETURN(get.endpoint, b.Connect(address));
   return get;
 }
-
-// Every transport plugin passes these.
-class TransportConformanceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TransportConformanceTest, LoadsAndDescribesItself) {
   RDV_LOAD_OR_SKIP(transport, GetParam());
@@ -343,23 +311,6 @@ TEST_P(TransportConformanceTest, CancelledRecvEndsWithCancelled) {
   EXPECT_EQ(a->CancelRecv(8).code(), absl::StatusCode::kNotFound);
 }
 
-// A completion: how often it ran, with what, and on which thread.
-struct Completion {
-  Notification done;
-  std::atomic<int> calls{0};
-  absl::Status status;
-  std::thread::id thread;
-
-  TransportDone Callback() {
-    return [this](absl::Status s) {
-      status = s;
-      thread = std::this_thread::get_id();
-      if (calls.fetch_add(1) == 0) done.Notify();
-    };
-  }
-  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(30)); }
-};
-
 // The ABI's threading contract: a posted operation completes on the
 // plugin's progress thread, never on the thread that posted it; an
 // operation the plugin refuses (an error return) gets no callback from the
@@ -439,107 +390,6 @@ TEST_P(TransportConformanceTest, TaggedSendMeetsItsRecv) {
   }
 }
 
-// What a context's message handler heard, and on which threads.
-class Inbox {
- public:
-  MessageHandler Handler() {
-    return [this](absl::string_view message) {
-      std::lock_guard lock(mu_);
-      messages_.emplace_back(message);
-      threads_.insert(std::this_thread::get_id());
-      arrived_.notify_all();
-    };
-  }
-  // The messages, once `count` have arrived (fewer after 30 s).
-  std::vector<std::string> WaitFor(size_t count) {
-    std::unique_lock lock(mu_);
-    arrived_.wait_for(lock, std::chrono::seconds(30), [&] { return messages_.size() >= count; });
-    return messages_;
-  }
-  std::set<std::thread::id> threads() {
-    std::lock_guard lock(mu_);
-    return threads_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable arrived_;
-  std::vector<std::string> messages_;
-  std::set<std::thread::id> threads_;
-};
-
-// Messages of every length up to the largest reach the peer's handler
-// whole, on its progress thread; a longer one is refused with no callback;
-// a transport without messages refuses at once.
-TEST_P(TransportConformanceTest, MessagesReachThePeersHandlerOnItsProgressThread) {
-  Inbox inbox;
-  RDV_LOAD_OR_SKIP(a, GetParam());
-  RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true, inbox.Handler());
-  auto endpoint = a->Connect(*b->LocalAddress());
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  if (!a->carries_messages()) {
-    Completion refused;
-    a->SendMessage(**endpoint, "hello", refused.Callback());
-    ASSERT_TRUE(refused.Wait());
-    EXPECT_EQ(refused.status.code(), absl::StatusCode::kUnimplemented) << refused.status;
-    GTEST_SKIP() << GetParam() << " carries no messages";
-  }
-  const size_t largest = a->max_message_bytes();
-  std::vector<std::string> sent;
-  for (size_t length : {size_t{1}, size_t{8}, size_t{64}, largest / 2, largest}) {
-    for (int copy = 0; copy < 20; ++copy) {
-      sent.push_back(std::string(length, static_cast<char>('a' + sent.size() % 26)));
-    }
-  }
-  std::vector<Completion> done(sent.size());
-  for (size_t i = 0; i < sent.size(); ++i) {
-    std::string message = sent[i];
-    a->SendMessage(**endpoint, message, done[i].Callback());
-    message.assign(message.size(), '!');  // copied before SendMessage returned
-  }
-  for (Completion& completion : done) {
-    ASSERT_TRUE(completion.Wait());
-    EXPECT_TRUE(completion.status.ok()) << completion.status;
-  }
-  std::vector<std::string> received = inbox.WaitFor(sent.size());
-  std::sort(sent.begin(), sent.end());
-  std::sort(received.begin(), received.end());
-  EXPECT_EQ(received, sent);
-  EXPECT_EQ(inbox.threads().count(std::this_thread::get_id()), 0u);
-  Completion refused;
-  a->SendMessage(**endpoint, std::string(largest + 1, 'x'), refused.Callback());
-  ASSERT_TRUE(refused.Wait());
-  EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument) << refused.status;
-  EXPECT_EQ(refused.thread, std::this_thread::get_id());
-}
-
-// A burst of far more messages than the receiver has slots for and the
-// sender has room for in flight: each arrives once, none is lost while the
-// receiver catches up.
-TEST_P(TransportConformanceTest, ABurstOfMessagesPastEveryQueueAllArrive) {
-  Inbox inbox;
-  RDV_LOAD_OR_SKIP(a, GetParam());
-  RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true, inbox.Handler());
-  if (!a->carries_messages()) GTEST_SKIP() << GetParam() << " carries no messages";
-  auto endpoint = a->Connect(*b->LocalAddress());
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  constexpr int kMessages = 3000;
-  std::vector<std::string> sent;
-  std::vector<Completion> done(kMessages);
-  for (int i = 0; i < kMessages; ++i) {
-    sent.push_back(absl::StrCat("message ", i));
-    a->SendMessage(**endpoint, sent.back(), done[i].Callback());
-  }
-  for (Completion& completion : done) {
-    ASSERT_TRUE(completion.Wait());
-    ASSERT_TRUE(completion.status.ok()) << completion.status;
-  }
-  std::vector<std::string> received = inbox.WaitFor(sent.size());
-  std::sort(sent.begin(), sent.end());
-  std::sort(received.begin(), received.end());
-  EXPECT_EQ(received, sent);
-}
-
 INSTANTIATE_TEST_SUITE_P(Transports, TransportConformanceTest,
                          ::testing::Values("ucx", "ucx_abi_v2", "verbs"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
@@ -590,4 +440,4 @@ TEST_P(VerbsTransportTest, RemoteAccessErrorFailsTheTransferAndANewEndpointRecov
 INSTANTIATE_TEST_SUITE_P(Verbs, VerbsTransportTest, ::testing::Values("verbs"));
 
 }  // namespace
-}  // namespace rdv::plugin
+}  // namespace rdv::plugin::conformance
