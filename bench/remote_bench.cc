@@ -5,23 +5,23 @@
 // tensor already sent on the producer, protocol grpc or grpc+ucx (UCX_TLS
 // from the environment). BM_RawGrpcUnary/<bytes>: the reference, a unary
 // call whose reply carries the same bytes, on a channel with the same
-// settings. Pre-sending is outside the timed region. BM_RssOfOneGiB: what
-// receiving 1 GiB over grpc+ucx adds to each side's peak RSS (run it alone,
-// in a fresh process).
+// settings. Pre-sending is outside the timed region. BM_PssOfOneGiB: what
+// moving 1 GiB over grpc+ucx adds to the two processes' proportional set
+// size together (run it alone, in a fresh process).
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
-#include <fstream>
+#include <chrono>
 #include <iostream>
 #include <memory>
+#include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/death_trials.h"
 #include "benchmark/benchmark.h"
 #include "control/security.h"
 #include "control/worker_cache.h"
@@ -136,46 +136,44 @@ void RecvLoop(benchmark::State& state, WorkerServer* consumer) {
 void BM_GrpcRecv(benchmark::State& state) { RecvLoop(state, peers->consumer.get()); }
 void BM_GrpcUcxRecv(benchmark::State& state) { RecvLoop(state, peers->ucx_consumer.get()); }
 
-// Peak resident memory of a process, from /proc.
-int64_t PeakRssBytes(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    int64_t kib = 0;
-    if (absl::string_view rest = line; absl::ConsumePrefix(&rest, "VmHWM:")) {
-      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(
-                               absl::StripSuffix(absl::StripAsciiWhitespace(rest), "kB")),
-                           &kib)) {
-        return kib << 10;
-      }
-    }
-  }
-  return -1;
+// The two processes' proportional set size together, in KiB: a page both
+// map (a shared-memory segment) counts once, half in each.
+int64_t PssOfBothKib() {
+  return bench::MeasureFootprint(peers->producer->pid()).pss_kib + bench::MeasureFootprint().pss_kib;
 }
 
-void BM_RssOfOneGiB(benchmark::State& state) {
+// From before the producer makes the 1 GiB source until the Recv has
+// filled its destination, the peak of both processes' Pss together, sampled
+// every 2 ms, less what they held before: the memory moving 1 GiB costs.
+void BM_PssOfOneGiB(benchmark::State& state) {
   constexpr int64_t kBytes = int64_t{1} << 30;
   WorkerServer* consumer = peers->ucx_consumer.get();
   const std::string key_text = KeyFor(*consumer);
   const ParsedKey key = *ParsedKey::Parse(key_text);
   for (auto _ : state) {
     const int64_t step = peers->next_step++;
-    if (!Produce(step, key_text, kBytes, 1)) state.SkipWithError("Produce failed");
-    const int64_t sender_before = PeakRssBytes(peers->producer->pid());
-    const int64_t receiver_before = PeakRssBytes(getpid());
+    const int64_t before = PssOfBothKib();
+    std::atomic<bool> moved{false};
+    int64_t peak = before;
+    std::thread sampler([&] {
+      while (!moved.load(std::memory_order_acquire)) {
+        peak = std::max(peak, PssOfBothKib());
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
     Tensor value;
     bool is_dead;
-    if (!consumer->rendezvous_mgr().Find(step)->Recv(key, {}, &value, &is_dead).ok()) {
-      state.SkipWithError("Recv failed");
-    }
-    state.counters["receiver_rss_added_MiB"] =
-        static_cast<double>(PeakRssBytes(getpid()) - receiver_before) / (1 << 20);
-    state.counters["sender_rss_added_MiB"] =
-        static_cast<double>(PeakRssBytes(peers->producer->pid()) - sender_before) / (1 << 20);
+    const bool ok = Produce(step, key_text, kBytes, 1) &&
+                    consumer->rendezvous_mgr().Find(step)->Recv(key, {}, &value, &is_dead).ok();
+    moved.store(true, std::memory_order_release);
+    sampler.join();
+    if (!ok) state.SkipWithError("Produce or Recv failed");
+    peak = std::max(peak, PssOfBothKib());
+    state.counters["pss_added_MiB"] = static_cast<double>(peak - before) / 1024;
     Cleanup(consumer, step);
   }
 }
-BENCHMARK(BM_RssOfOneGiB)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PssOfOneGiB)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 void BM_RawGrpcUnary(benchmark::State& state) {
   FetchBytesRequest request;

@@ -287,12 +287,11 @@ int MapMemory(Context* context, ucp_mem_map_params_t* params, rdv_transport_memo
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 // Plain anonymous memory, registered, rather than UCX's own allocation
-// (UCP_MEM_MAP_ALLOCATE), which comes from a shared-memory segment: a
-// consumer on the same host maps such a segment and reads it in place, so
-// each GiB it receives also added a GiB of the producer's pages to its peak
-// RSS. A get of anonymous memory travels as shared-memory active messages
-// instead (kTunedDefaults), at no RSS cost and faster here, both processes
-// copying at once.
+// (UCP_MEM_MAP_ALLOCATE), which comes from a shared-memory segment that a
+// consumer on the same host maps: with it, the tagged sends of large values
+// moved at less than half the speed here, and a get from it never completed
+// under UCX 1.13 (docs/plugins.md). A get of anonymous memory travels as
+// shared-memory active messages instead (kTunedDefaults).
 int MemAlloc(rdv_transport_context_t handle, size_t length, rdv_transport_memory_t* out,
              void** address, rdv_transport_error_t* error) {
   void* mapped = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
