@@ -11,7 +11,6 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>

@@ -314,7 +314,11 @@ TEST_P(RemoteConformanceTest, FastPathForgedMessagesAreRefusedAndCounted) {
 // path: the consumer's own endpoint to the producer carries its requests.
 TEST_P(RemoteConformanceTest, FastPathProducerLostMidTransferFailsTheRecv) {
   RDV_SKIP_UNLESS_FAST_PATH();
+  const int64_t fast_before = consumer_->fast_path()->recvs_started();
   ExpectLossMidTransferFailsTheRecv(/*blocking=*/false, /*recurring=*/true);
+  if (HasFatalFailure() || IsSkipped()) return;
+  EXPECT_GT(consumer_->fast_path()->recvs_started(), fast_before)
+      << "the stalled Recv did not take the fast path";
 }
 
 TEST_P(RemoteConformanceTest, FastPathProducerDeathFailsTheRecv) {
