@@ -238,6 +238,9 @@ void ProgressLoop(Context* context) {
     return;
   }
   ibv_req_notify_cq(context->cq, 0);
+  // A completion that landed before the CQ was armed raises no event: work
+  // posted right after Init can finish before this thread first runs.
+  DrainCq(context);
   while (!context->stop.load()) {
     pollfd fds[3] = {{context->channel->fd, POLLIN, 0},
                      {context->wake, POLLIN, 0},
