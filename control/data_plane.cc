@@ -115,9 +115,9 @@ void DataPlane::SendTagged(Tensor tensor, uint64_t tag, const std::string& addre
   const void* data = tensor.data();
   const size_t length = tensor.TotalBytes();
   SendToConsumer(std::move(tensor), nullptr, address, std::move(consumer),
-                 [this, data, length, tag](const plugin::TransportEndpoint& endpoint,
+                 [this, data, length, tag](const EndpointCache::Endpoint& endpoint,
                                            plugin::TransportDone done) {
-                   transport_->Send(endpoint, data, length, tag, std::move(done));
+                   transport_->Send(*endpoint, data, length, tag, std::move(done));
                  },
                  std::move(sent));
 }
@@ -125,6 +125,14 @@ void DataPlane::SendTagged(Tensor tensor, uint64_t tag, const std::string& addre
 void DataPlane::Put(const Tensor& tensor, const std::string& consumer_address,
                     uint64_t remote_address, std::string remote_key,
                     const ConsumerWatcher& consumer, plugin::TransportDone written) {
+  PutThenMessage(tensor, consumer_address, remote_address, std::move(remote_key), consumer, "",
+                 std::move(written));
+}
+
+void DataPlane::PutThenMessage(const Tensor& tensor, const std::string& consumer_address,
+                               uint64_t remote_address, std::string remote_key,
+                               const ConsumerWatcher& consumer, std::string message,
+                               plugin::TransportDone written) {
   absl::StatusOr<plugin::Registration> local = registrations_.Lookup(tensor.buffer());
   if (!local.ok()) {
     std::move(written)(local.status());
@@ -133,11 +141,14 @@ void DataPlane::Put(const Tensor& tensor, const std::string& consumer_address,
   const size_t length = tensor.TotalBytes();
   SendToConsumer(tensor, local->hold, consumer_address, consumer,
                  [this, data = tensor.data(), memory = local->memory, remote_address,
-                  remote_key = std::move(remote_key),
-                  length](const plugin::TransportEndpoint& endpoint,
-                          plugin::TransportDone done) {
-                   transport_->Put(endpoint, data, *memory, remote_address, remote_key, length,
+                  remote_key = std::move(remote_key), length, message = std::move(message)](
+                     const EndpointCache::Endpoint& endpoint, plugin::TransportDone done) {
+                   transport_->Put(*endpoint, data, *memory, remote_address, remote_key, length,
                                    std::move(done));
+                   if (message.empty()) return;
+                   transport_->SendMessage(*endpoint, message, [endpoint](absl::Status sent) {
+                     if (!sent.ok()) RDV_LOG(Debug) << "the message after a put: " << sent;
+                   });
                  },
                  std::move(written));
 }
@@ -160,7 +171,7 @@ void DataPlane::SendToConsumer(Tensor tensor, std::shared_ptr<const void> hold,
     });
     // Any failure leaves the endpoint out of service: a send or a put has
     // no cancel but an abort.
-    std::move(post)(**endpoint, [this, endpoint = *endpoint, tensor = std::move(tensor),
+    std::move(post)(*endpoint, [this, endpoint = *endpoint, tensor = std::move(tensor),
                                  hold = std::move(hold), lease = std::move(lease), in_flight,
                                  address, sent = std::move(sent)](absl::Status status) mutable {
       in_flight->fetch_sub(1);

@@ -90,6 +90,15 @@ class DataPlane {
   void Put(const Tensor& tensor, const std::string& consumer_address, uint64_t remote_address,
            std::string remote_key, const ConsumerWatcher& consumer,
            plugin::TransportDone written);
+  // Put, then `message` to the consumer on the same endpoint without
+  // waiting for the put: for a transport whose messages_follow_puts(), the
+  // message arrives only once the bytes have. `written` runs as Put's does;
+  // a message that was not sent is logged (the put's failure says why).
+  void PutThenMessage(const Tensor& tensor, const std::string& consumer_address,
+                      uint64_t remote_address, std::string remote_key,
+                      const ConsumerWatcher& consumer, std::string message,
+                      plugin::TransportDone written);
+  bool messages_follow_puts() const { return transport_->messages_follow_puts(); }
   // Consumer, op put: `destination` registered on its own, so that the key
   // a producer gets reaches that tensor alone, and only while the returned
   // memory lives: its holder drops it when the transfer ends, which revokes
@@ -141,7 +150,7 @@ class DataPlane {
   // `address` is there, under a lease that aborts the endpoint when the
   // consumer is lost (shared memory never fails a transfer to a dead
   // consumer by itself). `tensor` and `hold` live until `done`.
-  using PostToConsumer = absl::AnyInvocable<void(const plugin::TransportEndpoint& endpoint,
+  using PostToConsumer = absl::AnyInvocable<void(const EndpointCache::Endpoint& endpoint,
                                                  plugin::TransportDone done) &&>;
   void SendToConsumer(Tensor tensor, std::shared_ptr<const void> hold, const std::string& address,
                       ConsumerWatcher consumer, PostToConsumer post, plugin::TransportDone sent);

@@ -210,8 +210,18 @@ void FastPath::Write(const FastRequest& request, const std::string& consumer_add
                         : Failed(id, "write", written));
   };
   if (value.TotalBytes() == 0) return landed(absl::OkStatus());
-  plane->Put(value, consumer_address, request.put_address, request.put_key, consumer,
-             std::move(landed));
+  if (!plane->messages_follow_puts()) {
+    return plane->Put(value, consumer_address, request.put_address, request.put_key, consumer,
+                      std::move(landed));
+  }
+  // The notice goes right behind the write and arrives after its bytes:
+  // no wait for the write's completion, which costs a round trip.
+  plane->PutThenMessage(
+      value, consumer_address, request.put_address, request.put_key, consumer,
+      EncodeFastNotice(FastNotice{request.request_id, FastNoticeKind::kLanded, 0, ""}),
+      [plane, id = request.request_id, address = consumer_address](absl::Status written) {
+        if (!written.ok()) Notify(plane, address, Failed(id, "write", written));
+      });
 }
 
 FastNotice FastPath::Failed(uint64_t request_id, absl::string_view what,

@@ -114,6 +114,7 @@ enum {
   RDV_TRANSPORT_ATTR_FIELD_OPS = 1u << 3,
   RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION = 1u << 4,
   RDV_TRANSPORT_ATTR_FIELD_MAX_MESSAGE = 1u << 5,
+  RDV_TRANSPORT_ATTR_FIELD_MESSAGES_FOLLOW_PUTS = 1u << 6,
 };
 
 typedef struct rdv_transport_attributes {
@@ -125,6 +126,12 @@ typedef struct rdv_transport_attributes {
   uint32_t preferred_op;    /* the faster one on this configuration */
   char description[256];    /* e.g. the transports UCX chose */
   size_t max_message_bytes; /* the longest message post_message takes; 0: none */
+  /* Non-zero: a message posted on an endpoint after a put on that endpoint
+   * reaches the peer's on_message only once the put's bytes are in the
+   * peer's memory, and never when the put failed there (verbs: SEND after
+   * RDMA WRITE on one reliable-connected QP). The writer may then post
+   * both at once instead of waiting for the put to complete. */
+  int messages_follow_puts;
 } rdv_transport_attributes_t;
 
 #ifdef __cplusplus

@@ -255,7 +255,10 @@ absl::Status Transport::Initialize() {
   rdv_transport_attributes_t attributes{};
   attributes.field_mask = RDV_TRANSPORT_ATTR_FIELD_OPS | RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION |
                           RDV_TRANSPORT_ATTR_FIELD_MEMORY_TYPES;
-  if (api_.post_message != nullptr) attributes.field_mask |= RDV_TRANSPORT_ATTR_FIELD_MAX_MESSAGE;
+  if (api_.post_message != nullptr) {
+    attributes.field_mask |=
+        RDV_TRANSPORT_ATTR_FIELD_MAX_MESSAGE | RDV_TRANSPORT_ATTR_FIELD_MESSAGES_FOLLOW_PUTS;
+  }
   if (int code = api_.query(context_, &attributes, &error); code != 0) {
     return TransportStatus(code, error.message, absl::StrCat("querying ", path_));
   }
@@ -265,6 +268,8 @@ absl::Status Transport::Initialize() {
   reaches_cuda_memory_ = (attributes.memory_types & RDV_TRANSPORT_MEMORY_CUDA) != 0;
   if (api_.post_message != nullptr && (attributes.ops & RDV_TRANSPORT_OP_MESSAGE)) {
     max_message_bytes_ = attributes.max_message_bytes;
+    messages_follow_puts_ = attributes.messages_follow_puts != 0 &&
+                            (attributes.ops & RDV_TRANSPORT_OP_PUT) != 0;
   }
   return absl::OkStatus();
 }

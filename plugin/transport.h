@@ -131,6 +131,9 @@ class Transport : public std::enable_shared_from_this<Transport> {
   // It carries messages (SendMessage) of up to max_message_bytes().
   bool carries_messages() const { return max_message_bytes_ > 0; }
   size_t max_message_bytes() const { return max_message_bytes_; }
+  // A message posted on an endpoint after a Put on it reaches the peer only
+  // once the Put's bytes are in the peer's memory, and never when it failed.
+  bool messages_follow_puts() const { return messages_follow_puts_; }
   // The transport moves CUDA device memory itself (GPUDirect RDMA, or
   // UCX's CUDA support); else GPU tensors stage through host memory.
   bool reaches_cuda_memory() const { return reaches_cuda_memory_; }
@@ -190,6 +193,7 @@ class Transport : public std::enable_shared_from_this<Transport> {
   uint32_t supported_ops_ = 0;
   bool reaches_cuda_memory_ = false;
   size_t max_message_bytes_ = 0;
+  bool messages_follow_puts_ = false;
   MessageHandler on_message_;
 };
 

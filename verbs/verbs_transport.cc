@@ -144,6 +144,11 @@ int Query(rdv_transport_context_t handle, rdv_transport_attributes_t* attributes
   if (mask & RDV_TRANSPORT_ATTR_FIELD_MAX_MESSAGE) {
     attributes->max_message_bytes = context->srq != nullptr ? kMaxMessageBytes : 0;
   }
+  // The QP executes its work requests in order, and the peer's NIC places a
+  // WRITE's bytes before it completes a later SEND's receive.
+  if (mask & RDV_TRANSPORT_ATTR_FIELD_MESSAGES_FOLLOW_PUTS) {
+    attributes->messages_follow_puts = context->srq != nullptr;
+  }
   if (mask & RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION) {
     std::snprintf(attributes->description, sizeof(attributes->description), "%s",
                   context->description.c_str());

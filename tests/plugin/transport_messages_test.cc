@@ -1,6 +1,7 @@
 // The transport conformance suite's messages (post_message): delivery on
 // the peer's progress thread, the size limit, and a burst past every queue.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -114,6 +115,51 @@ TEST_P(TransportConformanceTest, ABurstOfMessagesPastEveryQueueAllArrive) {
   std::sort(sent.begin(), sent.end());
   std::sort(received.begin(), received.end());
   EXPECT_EQ(received, sent);
+}
+
+// Where the transport says messages follow puts, a message posted right
+// behind a put finds the put's bytes already in place when it arrives,
+// round after round, the put several chunks long.
+TEST_P(TransportConformanceTest, AMessageBehindAPutFindsItsBytesWhereTheTransportSaysSo) {
+  constexpr size_t kLength = (size_t{3} << 20) + 123;
+  constexpr int kRounds = 8;
+  std::atomic<const unsigned char*> destination_bytes{nullptr};
+  std::vector<int> rounds_found_whole;  // written on b's progress thread only
+  std::vector<Notification> arrived(kRounds);
+  MessageHandler check = [&](absl::string_view message) {
+    const int round = std::stoi(std::string(message));
+    const unsigned char* bytes = destination_bytes.load();
+    bool whole = true;
+    for (size_t i = 0; i < kLength && whole; ++i) {
+      whole = bytes[i] == static_cast<unsigned char>(i * 7 + round);
+    }
+    if (whole) rounds_found_whole.push_back(round);
+    arrived[round].Notify();
+  };
+  RDV_LOAD_OR_SKIP(a, GetParam());
+  RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true, std::move(check));
+  if (!a->messages_follow_puts()) GTEST_SKIP() << GetParam() << " does not order them";
+  auto source = a->Allocate(kLength);
+  auto destination = b->Allocate(kLength);
+  ASSERT_TRUE(source.ok() && destination.ok());
+  destination_bytes = static_cast<const unsigned char*>((*destination)->address());
+  auto endpoint = a->Connect(*b->LocalAddress());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  for (int round = 0; round < kRounds; ++round) {
+    auto* bytes = static_cast<unsigned char*>((*source)->address());
+    for (size_t i = 0; i < kLength; ++i) bytes[i] = static_cast<unsigned char>(i * 7 + round);
+    Completion put;
+    Completion message;
+    a->Put(**endpoint, bytes, **source, reinterpret_cast<uint64_t>((*destination)->address()),
+           (*destination)->remote_key(), kLength, put.Callback());
+    a->SendMessage(**endpoint, std::to_string(round), message.Callback());
+    ASSERT_TRUE(put.Wait() && message.Wait());
+    ASSERT_TRUE(put.status.ok() && message.status.ok()) << put.status << "; " << message.status;
+    // The next round's put must not overwrite what this message checks.
+    ASSERT_TRUE(arrived[round].WaitForNotificationWithTimeout(absl::Seconds(30)));
+  }
+  EXPECT_EQ(rounds_found_whole.size(), static_cast<size_t>(kRounds))
+      << "a message arrived before its put's bytes";
 }
 
 }  // namespace
