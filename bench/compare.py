@@ -20,6 +20,7 @@ when a target is missed (for CI and scripts).
 
 Run it as `rdv-bench compare [options]`."""
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -108,6 +109,20 @@ def run_rdv_bench(rdv_bench, sizes, protocol, env, subject="rdv", keys="recurrin
         return json.load(open(out.name))
 
 
+@contextlib.contextmanager
+def ucx_tls(tls):
+    """UCX_TLS=tls for the ucx_perftest runs inside, then as it was."""
+    before = os.environ.get("UCX_TLS")
+    os.environ["UCX_TLS"] = tls
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["UCX_TLS"]
+        else:
+            os.environ["UCX_TLS"] = before
+
+
 def perftest_latency_us(size):
     """ucx_perftest tag_lat: the median one-way latency in microseconds."""
     port = ucx_perftest.free_port()
@@ -148,8 +163,7 @@ def measure(args, sizes, settings, results):
                 for row in run_rdv_bench(args.rdv_bench, sizes, "grpc+ucx", env, keys=keys):
                     results.add(subject, label, row["size_bytes"], row["bw_GBps_avg"],
                                 row["lat_us_p50"], row["lat_us_p99"])
-            os.environ["UCX_TLS"] = tls
-            try:
+            with ucx_tls(tls):
                 for size in sizes:
                     for test in PERFTEST_BW:
                         results.add(f"ucx_perftest:{test}", label, size,
@@ -157,8 +171,6 @@ def measure(args, sizes, settings, results):
                     latency = perftest_latency_us(size)
                     results.add("ucx_perftest:tag_lat", label, size, size / latency / 1e3,
                                 latency, latency)
-            finally:
-                del os.environ["UCX_TLS"]
         measure_latency(args, settings, results)
         if verbs:
             env = {"RDV_IB_DEVICE": verbs}
@@ -180,11 +192,8 @@ def measure_latency(args, settings, results):
             for row in run_rdv_bench(args.rdv_bench, [size], "grpc+ucx", env):
                 results.add("rdv:grpc+ucx" + LATENCY, latency_label(tls, progress), size,
                             row["bw_GBps_avg"], row["lat_us_p50"], row["lat_us_p99"])
-        os.environ["UCX_TLS"] = tls
-        try:
+        with ucx_tls(tls):
             latency = perftest_latency_us(size)
-        finally:
-            del os.environ["UCX_TLS"]
         results.add("ucx_perftest:tag_lat" + LATENCY, f"UCX_TLS={tls}", size,
                     size / latency / 1e3, latency, latency)
 
