@@ -1,6 +1,8 @@
 #include "control/data_plane.h"
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -143,9 +145,17 @@ void DataPlane::PutThenMessage(const Tensor& tensor, const std::string& consumer
                  [this, data = tensor.data(), memory = local->memory, remote_address,
                   remote_key = std::move(remote_key), length, message = std::move(message)](
                      const EndpointCache::Endpoint& endpoint, plugin::TransportDone done) {
+                   // A put refused before it was posted (a malformed key)
+                   // leaves the endpoint in service: its message must not
+                   // follow. One that fails later fails the endpoint, and
+                   // the message with it.
+                   auto put_failed = std::make_shared<std::atomic<bool>>(false);
                    transport_->Put(*endpoint, data, *memory, remote_address, remote_key, length,
-                                   std::move(done));
-                   if (message.empty()) return;
+                                   [put_failed, done = std::move(done)](absl::Status status) mutable {
+                                     if (!status.ok()) put_failed->store(true);
+                                     std::move(done)(std::move(status));
+                                   });
+                   if (message.empty() || put_failed->load()) return;
                    transport_->SendMessage(*endpoint, message, [endpoint](absl::Status sent) {
                      if (!sent.ok()) RDV_LOG(Debug) << "the message after a put: " << sent;
                    });

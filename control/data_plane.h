@@ -92,8 +92,9 @@ class DataPlane {
            plugin::TransportDone written);
   // Put, then `message` to the consumer on the same endpoint without
   // waiting for the put: for a transport whose messages_follow_puts(), the
-  // message arrives only once the bytes have. `written` runs as Put's does;
-  // a message that was not sent is logged (the put's failure says why).
+  // message arrives only once the bytes have. A put that fails before it
+  // returns sends no message. `written` runs as Put's does; a message that
+  // was not sent is logged (the put's failure says why).
   void PutThenMessage(const Tensor& tensor, const std::string& consumer_address,
                       uint64_t remote_address, std::string remote_key,
                       const ConsumerWatcher& consumer, std::string message,
