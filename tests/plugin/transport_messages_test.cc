@@ -117,6 +117,36 @@ TEST_P(TransportConformanceTest, ABurstOfMessagesPastEveryQueueAllArrive) {
   EXPECT_EQ(received, sent);
 }
 
+// Work posted the moment a context is made completes: its completion may
+// come before the progress thread first waits (verbs lost such a one when
+// it armed its completion queue after the completion landed).
+TEST_P(TransportConformanceTest, AMessagePostedAsAContextStartsCompletes) {
+  RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/false, [](absl::string_view) {});
+  if (!b->carries_messages()) GTEST_SKIP() << GetParam() << " carries no messages";
+  const std::string address = *b->LocalAddress();
+  for (int round = 0; round < 10; ++round) {
+    // Busy neighbours keep the new progress thread from its first run
+    // while the message goes, as a loaded worker process does.
+    std::atomic<bool> busy{true};
+    std::vector<std::thread> neighbours;
+    for (int i = 0; i < 2 * static_cast<int>(std::thread::hardware_concurrency()); ++i) {
+      neighbours.emplace_back([&busy] {
+        while (busy.load(std::memory_order_relaxed)) {
+        }
+      });
+    }
+    RDV_LOAD_OR_SKIP(a, GetParam());
+    auto endpoint = a->Connect(address);
+    Completion sent;
+    if (endpoint.ok()) a->SendMessage(**endpoint, "first", sent.Callback());
+    busy = false;
+    for (std::thread& neighbour : neighbours) neighbour.join();
+    ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+    ASSERT_TRUE(sent.Wait()) << "round " << round << ": the first message's completion was lost";
+    EXPECT_TRUE(sent.status.ok()) << sent.status;
+  }
+}
+
 // Where the transport says messages follow puts, a message posted right
 // behind a put finds the put's bytes already in place when it arrives,
 // round after round, the put several chunks long.
