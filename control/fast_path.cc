@@ -195,9 +195,7 @@ void FastPath::Answer(const FastRequest& request, const FastKeyIds::Entry& entry
   if (request.put) return Write(request, entry.consumer_address, value, consumer);
   absl::StatusOr<TransportDescriptor> offered = plane->Offer(
       request.step_id, static_cast<int64_t>(id), value, entry.consumer_address, consumer,
-      [plane, id, address = entry.consumer_address](absl::Status sent) {
-        if (!sent.ok()) Notify(plane, address, Failed(id, "tagged send", sent));
-      });
+      NotifyIfFailed(plane, entry.consumer_address, id, "tagged send"));
   if (!offered.ok()) Notify(plane, entry.consumer_address, Failed(id, "offer", offered.status()));
 }
 
@@ -219,9 +217,15 @@ void FastPath::Write(const FastRequest& request, const std::string& consumer_add
   plane->PutThenMessage(
       value, consumer_address, request.put_address, request.put_key, consumer,
       EncodeFastNotice(FastNotice{request.request_id, FastNoticeKind::kLanded, 0, ""}),
-      [plane, id = request.request_id, address = consumer_address](absl::Status written) {
-        if (!written.ok()) Notify(plane, address, Failed(id, "write", written));
-      });
+      NotifyIfFailed(plane, consumer_address, request.request_id, "write"));
+}
+
+plugin::TransportDone FastPath::NotifyIfFailed(DataPlane* data_plane,
+                                               const std::string& consumer_address,
+                                               uint64_t request_id, absl::string_view what) {
+  return [data_plane, consumer_address, request_id, what](absl::Status status) {
+    if (!status.ok()) Notify(data_plane, consumer_address, Failed(request_id, what, status));
+  };
 }
 
 FastNotice FastPath::Failed(uint64_t request_id, absl::string_view what,
@@ -283,29 +287,31 @@ void FastRecvCall::Start() {
   }
   absl::StatusOr<Tensor> destination = Tensor::Allocate(allocator, known_.dtype, known_.shape);
   if (!destination.ok()) return Complete(destination.status(), Tensor(), false);
-  destination_ = *std::move(destination);
   std::string put_key;
-  if (known_.put && destination_.TotalBytes() > 0) {
-    absl::StatusOr<std::unique_ptr<plugin::TransportMemory>> exposed =
-        plane->ExposeForPut(destination_);
-    if (!exposed.ok()) {
-      destination_ = Tensor();
-      return Complete(absl::Status(exposed.status().code(),
+  std::unique_ptr<plugin::TransportMemory> exposed;
+  if (known_.put && destination->TotalBytes() > 0) {
+    absl::StatusOr<std::unique_ptr<plugin::TransportMemory>> exposure =
+        plane->ExposeForPut(*destination);
+    if (!exposure.ok()) {
+      return Complete(absl::Status(exposure.status().code(),
                                    absl::StrCat("the fast path cannot register the destination "
                                                 "for the producer's write: ",
-                                                exposed.status().message())),
+                                                exposure.status().message())),
                       Tensor(), false);
     }
-    put_key = (*exposed)->remote_key();
+    put_key = (*exposure)->remote_key();
     if (put_key.size() > kMaxPutKeyBytes) {
       RDV_LOG(Warning) << "fast path: the transport's remote key has " << put_key.size()
                        << " bytes, more than a request carries (" << kMaxPutKeyBytes
                        << "): Recv of '" << key_ << "' takes RecvTensor";
-      destination_ = Tensor();
       return FetchBySlowPath(false);
     }
+    exposed = *std::move(exposure);
+  }
+  destination_ = *std::move(destination);
+  if (exposed != nullptr) {
     std::lock_guard lock(mu_);
-    exposed_ = *std::move(exposed);
+    exposed_ = std::move(exposed);
   }
   TransportDescriptor descriptor;
   descriptor.set_op(known_.put ? TRANSFER_OP_PUT : TRANSFER_OP_TAG);
