@@ -4,7 +4,7 @@ each protocol against gloo, in the same run.
 
     PYTHONPATH=build/release/python /usr/bin/python3 bench/torch_bench.py \
         [--backends gloo,grpc,grpc+ucx,grpc+ucx:shm] [--sizes 64,1K,64K,1M,16M,64M] \
-        [--rounds 3] [--plot torch_bench.png]
+        [--rounds 3] [--pin] [--plot torch_bench.png]
 
 Each round runs every backend once, in turn, so that a busy moment of the
 machine hits them all. "grpc+ucx:shm" is grpc+ucx over shared memory
@@ -20,6 +20,11 @@ Prints the median one-way time over every round trip of every round
 [10th-90th percentile] and the bandwidth SIZE / median, then each rdv
 backend's bandwidth against gloo's. Targets: rdv at least as fast as gloo
 at every size; >= 3x gloo at >= 1 MiB over shared memory.
+After each round it prints every backend's median per size on standard
+error, so that a run whose threads landed differently shows. --pin binds
+rank r of every backend to CPU r (modulo the CPUs this script may use), as
+a launcher binding each rank to its own core does; see docs/torch.md for
+what that changes on a 2-core machine.
 """
 
 import argparse
@@ -53,8 +58,11 @@ def iterations(size):
     return max(10, min(300, (512 << 20) // max(size, 1)))
 
 
-def rank_main(backend, rank, store, sizes):
+def rank_main(backend, rank, store, sizes, pin):
     """One rank: prints {size: [one-way seconds, ...]} as JSON (rank 0)."""
+    if pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     import torch
     import torch.distributed as dist
     # One intra-op thread: the two ranks share a small machine.
@@ -94,12 +102,13 @@ def rank_main(backend, rank, store, sizes):
         print(RESULT + json.dumps(samples), flush=True)
 
 
-def run_pair(backend, sizes):
+def run_pair(backend, sizes, pin):
     with tempfile.TemporaryDirectory() as scratch:
         store = os.path.join(scratch, "store")
         size_list = ",".join(str(s) for s in sizes)
         ranks = [subprocess.Popen([sys.executable, HERE, "--rank", str(rank), "--backend",
-                                   backend, "--store", store, "--sizes", size_list],
+                                   backend, "--store", store, "--sizes", size_list]
+                                  + (["--pin"] if pin else []),
                                   stdout=subprocess.PIPE, text=True)
                  for rank in (0, 1)]
         out = [rank.communicate(timeout=900)[0] for rank in ranks]
@@ -139,6 +148,7 @@ def main():
     parser.add_argument("--backends", default="gloo,grpc,grpc+ucx,grpc+ucx:shm")
     parser.add_argument("--sizes", default="64,1K,64K,1M,16M,64M")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pin", action="store_true")
     parser.add_argument("--plot")
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
@@ -146,15 +156,18 @@ def main():
     args = parser.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     if args.rank is not None:
-        return rank_main(args.backend, args.rank, args.store, sizes)
+        return rank_main(args.backend, args.rank, args.store, sizes, args.pin)
 
     backends = args.backends.split(",")
     samples = {b: {s: [] for s in sizes} for b in backends}
     for round_number in range(args.rounds):
         for backend in backends:
-            for size, times in run_pair(backend, sizes).items():
+            pair = run_pair(backend, sizes, args.pin)
+            for size, times in pair.items():
                 samples[backend][size] += times
-        print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
+            medians = ", ".join(f"{show_size(size)} {statistics.median(times) * 1e6:.1f}us"
+                                for size, times in pair.items())
+            print(f"round {round_number + 1}/{args.rounds} {backend}: {medians}", file=sys.stderr)
 
     medians = {b: {s: statistics.median(samples[b][s]) for s in sizes} for b in backends}
     print(f"{'backend':<10} {'size':>8} {'one-way p50':>12} {'[p10-p90] us':>18} {'GB/s':>8}"

@@ -66,3 +66,16 @@ def test_the_backend_is_registered():
     import rdv.torch
     assert rdv.torch.BACKEND == "rdv"
     assert dist.Backend.RDV == "RDV"
+
+
+def test_the_benchmark_reports_every_backend_against_gloo():
+    bench = os.path.join(HERE, "..", "..", "bench", "torch_bench.py")
+    run = subprocess.run([sys.executable, bench, "--rounds", "1", "--pin", "--sizes", "64,1K",
+                          "--backends", "gloo,grpc+ucx:shm"],
+                         capture_output=True, text=True, timeout=LIMIT_S)
+    assert run.returncode == 0, run.stderr
+    rows = [line.split() for line in run.stdout.splitlines()[1:]]
+    assert [(row[0], row[1] + row[2]) for row in rows] == [
+        ("gloo", "64B"), ("gloo", "1KiB"), ("grpc+ucx:shm", "64B"), ("grpc+ucx:shm", "1KiB")]
+    assert all(row[-1].endswith("x") for row in rows[2:]), run.stdout
+    assert "round 1/1 grpc+ucx:shm: 64 B " in run.stderr, run.stderr
