@@ -165,9 +165,9 @@ def main():
             pair = run_pair(backend, sizes, args.pin)
             for size, times in pair.items():
                 samples[backend][size] += times
-            medians = ", ".join(f"{show_size(size)} {statistics.median(times) * 1e6:.1f}us"
-                                for size, times in pair.items())
-            print(f"round {round_number + 1}/{args.rounds} {backend}: {medians}", file=sys.stderr)
+            in_round = ", ".join(f"{show_size(size)} {statistics.median(times) * 1e6:.1f}us"
+                                 for size, times in pair.items())
+            print(f"round {round_number + 1}/{args.rounds} {backend}: {in_round}", file=sys.stderr)
 
     medians = {b: {s: statistics.median(samples[b][s]) for s in sizes} for b in backends}
     print(f"{'backend':<10} {'size':>8} {'one-way p50':>12} {'[p10-p90] us':>18} {'GB/s':>8}"

@@ -222,7 +222,7 @@ void FastPath::Write(const FastRequest& request, const std::string& consumer_add
 
 plugin::TransportDone FastPath::NotifyIfFailed(DataPlane* data_plane,
                                                const std::string& consumer_address,
-                                               uint64_t request_id, absl::string_view what) {
+                                               uint64_t request_id, const char* what) {
   return [data_plane, consumer_address, request_id, what](absl::Status status) {
     if (!status.ok()) Notify(data_plane, consumer_address, Failed(request_id, what, status));
   };

@@ -155,10 +155,10 @@ class FastPath {
   static FastNotice Failed(uint64_t request_id, absl::string_view what,
                            const absl::Status& status);
   // A completion that sends the consumer Failed(request_id, what, status)
-  // when `status` is an error. `what` must outlive it (a literal).
+  // when `status` is an error; `what` is a literal, as it outlives the call.
   static plugin::TransportDone NotifyIfFailed(DataPlane* data_plane,
                                               const std::string& consumer_address,
-                                              uint64_t request_id, absl::string_view what);
+                                              uint64_t request_id, const char* what);
   void Refuse(const absl::Status& why);
 
   const WorkerEnv& env_;
