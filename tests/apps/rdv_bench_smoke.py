@@ -5,7 +5,11 @@ small `compare` run and its rows; a bad protocol and an unreachable peer
 each give a one-line error and exit 1; --memory cuda runs GPU to GPU, or
 without a GPU is a one-line refusal.
 
-usage: rdv_bench_smoke.py RDV_BENCH"""
+With --rdma-only (tests/softroce, in a guest that has RDMA devices): only
+the --local checks of the protocols that need one, grpc+verbs and grpc+ucx
+over rc_verbs; the rest is the same on any machine and runs outside.
+
+usage: rdv_bench_smoke.py RDV_BENCH [--rdma-only]"""
 import json
 import os
 import subprocess
@@ -13,6 +17,9 @@ import sys
 import tempfile
 
 bench = sys.argv[1]
+if sys.argv[2:] not in ([], ["--rdma-only"]):
+    sys.exit("usage: rdv_bench_smoke.py RDV_BENCH [--rdma-only]")
+rdma_only = sys.argv[2:] == ["--rdma-only"]
 failures = []
 
 
@@ -27,12 +34,23 @@ def run(args, env=None):
                           env=dict(os.environ, **(env or {})))
 
 
-protocols = [("grpc", {}), ("grpc+ucx", {"UCX_TLS": "tcp"}),
-             ("grpc+ucx", {"UCX_TLS": "posix,cma,self"})]
-if os.path.isdir("/sys/class/infiniband") and os.listdir("/sys/class/infiniband"):
-    protocols.append(("grpc+verbs", {}))
+have_rdma = os.path.isdir("/sys/class/infiniband") and bool(os.listdir("/sys/class/infiniband"))
+if rdma_only:
+    if not have_rdma:
+        print("FAIL: --rdma-only and no RDMA device", file=sys.stderr)
+        sys.exit(1)
+    # UCX over SoftRoCE needs UCX_UD_VERBS_ETH_DGID_CHECK=n.
+    device = os.environ.get("RDV_IB_DEVICE", "rxe0")
+    protocols = [("grpc+verbs", {}),
+                 ("grpc+ucx", {"UCX_TLS": "rc_verbs,ud_verbs", "UCX_UD_VERBS_ETH_DGID_CHECK": "n",
+                               "UCX_NET_DEVICES": device + ":1"})]
 else:
-    print("skipped: grpc+verbs (no RDMA device; tests/softroce covers it)")
+    protocols = [("grpc", {}), ("grpc+ucx", {"UCX_TLS": "tcp"}),
+                 ("grpc+ucx", {"UCX_TLS": "posix,cma,self"})]
+    if have_rdma:
+        protocols.append(("grpc+verbs", {}))
+    else:
+        print("skipped: grpc+verbs (no RDMA device; tests/softroce covers it)")
 
 fields = {"subject", "transport_env", "keys", "size_bytes", "iterations", "bw_GBps_avg",
           "bw_GBps_peak", "lat_us_p50", "lat_us_p99", "verified"}
@@ -55,6 +73,9 @@ with tempfile.TemporaryDirectory() as scratch:
                   f"{name}: {row}")
             check(row["bw_GBps_avg"] > 0 and row["lat_us_p99"] >= row["lat_us_p50"] > 0,
                   f"{name}: figures {row}")
+
+if rdma_only:
+    sys.exit(1 if failures else 0)
 
 # --keys first: every Recv of a key never received before, so no Recv
 # takes the fast path; the bytes are still right and the rows say so. Two

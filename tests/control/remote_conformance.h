@@ -22,6 +22,8 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -71,6 +73,49 @@ struct ProtocolSetting {
 
 // ctest lists each case under the setting's name.
 inline void PrintTo(const ProtocolSetting& setting, std::ostream* out) { *out << setting.name; }
+inline std::string SettingName(const ::testing::TestParamInfo<ProtocolSetting>& info) {
+  return info.param.name;
+}
+
+// Every setting the suite runs on.
+inline std::vector<ProtocolSetting> ConformanceSettings() {
+  return {
+      ProtocolSetting{"grpc", "grpc", nullptr},
+      ProtocolSetting{"grpc_ucx_tcp", "grpc+ucx", "tcp"},
+      ProtocolSetting{"grpc_ucx_shm", "grpc+ucx", "posix,cma,self"},
+      // Gets forced where UCX serves them in software: a user's choice
+      // (RDV_UCX_OP), and the one transfer a lost peer leaves for the
+      // control plane to end.
+      ProtocolSetting{"grpc_ucx_shm_get", "grpc+ucx", "posix,cma,self", false, "get"},
+      ProtocolSetting{"grpc_verbs", "grpc+verbs", nullptr, true},
+      // UCX over SoftRoCE needs UCX_UD_VERBS_ETH_DGID_CHECK=n.
+      ProtocolSetting{"grpc_ucx_rdma", "grpc+ucx", "rc_verbs,ud_verbs", true},
+      // Recvs of known keys without RecvTensor (RDV_FAST_PATH).
+      ProtocolSetting{"grpc_ucx_tcp_fast", "grpc+ucx", "tcp", false, nullptr, true},
+      ProtocolSetting{"grpc_ucx_shm_fast", "grpc+ucx", "posix,cma,self", false, nullptr, true},
+      // The fast path's design B: the producer writes the consumer's
+      // destination, then says so. Forced here (RDV_FAST_PATH_WRITES);
+      // verbs and UCX over RDMA, whose producers are read from, always
+      // write.
+      ProtocolSetting{"grpc_ucx_shm_fast_write", "grpc+ucx", "posix,cma,self", false, nullptr,
+                      true, true},
+      ProtocolSetting{"grpc_verbs_fast", "grpc+verbs", nullptr, true, nullptr, true},
+      ProtocolSetting{"grpc_ucx_rdma_fast", "grpc+ucx", "rc_verbs,ud_verbs", true, nullptr, true},
+  };
+}
+
+inline std::vector<ProtocolSetting> SettingsWhere(bool (*holds)(const ProtocolSetting&)) {
+  std::vector<ProtocolSetting> settings = ConformanceSettings();
+  std::erase_if(settings, [&](const ProtocolSetting& setting) { return !holds(setting); });
+  return settings;
+}
+inline bool HasDataPlane(const ProtocolSetting& setting) {
+  return std::string_view(setting.protocol) != "grpc";
+}
+inline bool IsUcx(const ProtocolSetting& setting) {
+  return absl::StrContains(setting.protocol, "ucx");
+}
+inline bool HasFastPath(const ProtocolSetting& setting) { return setting.fast_path; }
 
 // The largest tensor a test moves: RDV_TEST_MAX_BYTES, where the wire is
 // slow (SoftRoCE under emulation moves tens of MB/s).
@@ -489,6 +534,31 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
   std::unique_ptr<WorkerProcess> producer_;
   std::unique_ptr<DriverService::Stub> driver_;
   std::unique_ptr<WorkerService::Stub> worker_stub_;
+};
+
+// Cases that only some settings can run are suites of their own,
+// instantiated on those settings alone (remote_conformance_test.cc): a skip
+// in a case's body comes after SetUp started both workers, seconds each
+// under emulation.
+class RemoteDataPlaneTest : public RemoteConformanceTest {};  // not protocol grpc
+class RemoteUcxTest : public RemoteConformanceTest {};        // grpc+ucx
+// RDV_FAST_PATH on.
+class RemoteFastPathTest : public RemoteConformanceTest {
+ protected:
+  void SetUp() override {
+    RemoteConformanceTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    ASSERT_NE(consumer_->fast_path(), nullptr) << "RDV_FAST_PATH=1 and a data plane: it should be on";
+  }
+};
+// Every setting, where there is a GPU: without one, skipped before SetUp
+// starts the workers.
+class RemoteGpuTest : public RemoteConformanceTest {
+ protected:
+  void SetUp() override {
+    RDV_SKIP_WITHOUT_GPUS(1);
+    RemoteConformanceTest::SetUp();
+  }
 };
 
 }  // namespace rdv::control::remote_test

@@ -323,37 +323,16 @@ TEST_P(RemoteConformanceTest, ProducerKilledMidTransferNeverCorrupts) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Protocols, RemoteConformanceTest,
-    ::testing::Values(ProtocolSetting{"grpc", "grpc", nullptr},
-                      ProtocolSetting{"grpc_ucx_tcp", "grpc+ucx", "tcp"},
-                      ProtocolSetting{"grpc_ucx_shm", "grpc+ucx", "posix,cma,self"},
-                      // Gets forced where UCX serves them in software: a
-                      // user's choice (RDV_UCX_OP), and the one transfer a
-                      // lost peer leaves for the control plane to end.
-                      ProtocolSetting{"grpc_ucx_shm_get", "grpc+ucx", "posix,cma,self", false,
-                                      "get"},
-                      ProtocolSetting{"grpc_verbs", "grpc+verbs", nullptr, true},
-                      // UCX over SoftRoCE needs UCX_UD_VERBS_ETH_DGID_CHECK=n.
-                      ProtocolSetting{"grpc_ucx_rdma", "grpc+ucx", "rc_verbs,ud_verbs", true},
-                      // Recvs of known keys without RecvTensor (RDV_FAST_PATH).
-                      ProtocolSetting{"grpc_ucx_tcp_fast", "grpc+ucx", "tcp", false, nullptr,
-                                      true},
-                      ProtocolSetting{"grpc_ucx_shm_fast", "grpc+ucx", "posix,cma,self", false,
-                                      nullptr, true},
-                      // The fast path's design B: the producer writes the
-                      // consumer's destination, then says so. Forced here
-                      // (RDV_FAST_PATH_WRITES); verbs and UCX over RDMA,
-                      // whose producers are read from, always write.
-                      ProtocolSetting{"grpc_ucx_shm_fast_write", "grpc+ucx", "posix,cma,self",
-                                      false, nullptr, true, true},
-                      ProtocolSetting{"grpc_verbs_fast", "grpc+verbs", nullptr, true, nullptr,
-                                      true},
-                      ProtocolSetting{"grpc_ucx_rdma_fast", "grpc+ucx", "rc_verbs,ud_verbs", true,
-                                      nullptr, true}),
-    [](const ::testing::TestParamInfo<ProtocolSetting>& param_info) {
-      return std::string(param_info.param.name);
-    });
+INSTANTIATE_TEST_SUITE_P(Protocols, RemoteConformanceTest,
+                         ::testing::ValuesIn(ConformanceSettings()), SettingName);
+INSTANTIATE_TEST_SUITE_P(Protocols, RemoteDataPlaneTest,
+                         ::testing::ValuesIn(SettingsWhere(HasDataPlane)), SettingName);
+INSTANTIATE_TEST_SUITE_P(Protocols, RemoteUcxTest, ::testing::ValuesIn(SettingsWhere(IsUcx)),
+                         SettingName);
+INSTANTIATE_TEST_SUITE_P(Protocols, RemoteFastPathTest,
+                         ::testing::ValuesIn(SettingsWhere(HasFastPath)), SettingName);
+INSTANTIATE_TEST_SUITE_P(Protocols, RemoteGpuTest, ::testing::ValuesIn(ConformanceSettings()),
+                         SettingName);
 
 }  // namespace
 }  // namespace rdv::control::remote_test

@@ -11,20 +11,19 @@ namespace {
 // A producer stopped, then killed, with a transfer from it in flight leaves
 // the control plane's watch to end the Recv, within the peer timeout and
 // with UNAVAILABLE; the transport then lets go of the abandoned fetch.
-TEST_P(RemoteConformanceTest, ProducerLostMidTransferFailsTheRecvWithinThePeerTimeout) {
+TEST_P(RemoteDataPlaneTest, ProducerLostMidTransferFailsTheRecvWithinThePeerTimeout) {
   ExpectLossMidTransferFailsTheRecv(/*blocking=*/false);
 }
 
-TEST_P(RemoteConformanceTest, ProducerLostMidTransferFailsTheBlockingRecvWithinThePeerTimeout) {
+TEST_P(RemoteDataPlaneTest, ProducerLostMidTransferFailsTheBlockingRecvWithinThePeerTimeout) {
   ExpectLossMidTransferFailsTheRecv(/*blocking=*/true);
 }
 
 // Where the NIC cannot bound a get to its buffer (UCX would serve it in
 // software at any address), a producer's descriptor exposes no address or
 // key: the producer sends the bytes, the consumer says where they land.
-TEST_P(RemoteConformanceTest, DescriptorsExposeMemoryOnlyWhereTheNicBoundsTheRead) {
+TEST_P(RemoteDataPlaneTest, DescriptorsExposeMemoryOnlyWhereTheNicBoundsTheRead) {
   DataPlane* plane = consumer_->data_plane();
-  if (plane == nullptr) GTEST_SKIP() << "protocol grpc has no descriptors";
   const ParsedKey key = Key("scoped");
   const int64_t bytes = int64_t{1} << 20;
   ASSERT_TRUE(Produce(50, {Item(key, DType::kUInt8, {bytes}, 6)}).ok());
@@ -76,8 +75,7 @@ TEST_P(RemoteConformanceTest, DescriptorsExposeMemoryOnlyWhereTheNicBoundsTheRea
 
 // A consumer's transport address that is not one is refused before the
 // transport parses it, and the producer serves on.
-TEST_P(RemoteConformanceTest, GarbageConsumerAddressIsRefusedAndTheProducerServesOn) {
-  if (consumer_->data_plane() == nullptr) GTEST_SKIP() << "protocol grpc has no addresses";
+TEST_P(RemoteDataPlaneTest, GarbageConsumerAddressIsRefusedAndTheProducerServesOn) {
   const ParsedKey key = Key("misaddressed");
   ASSERT_TRUE(Produce(52, {Item(key, DType::kUInt8, {int64_t{1} << 20}, 8)}).ok());
   RecvTensorRequest request = RawRequest(52, key, 52001);

@@ -25,12 +25,7 @@ bool RecvThenCancel(Rendezvous& step, const ParsedKey& key, RecvResult* result) 
   return result->Wait();
 }
 
-#define RDV_SKIP_UNLESS_FAST_PATH()                                                \
-  if (!GetParam().fast_path) GTEST_SKIP() << "the fast path is off in this setting"; \
-  ASSERT_NE(consumer_->fast_path(), nullptr) << "RDV_FAST_PATH=1 and UCX: it should be on"
-
-TEST_P(RemoteConformanceTest, FastPathRecurringKeyMakesNoRecvTensorCall) {
-  RDV_SKIP_UNLESS_FAST_PATH();
+TEST_P(RemoteFastPathTest, FastPathRecurringKeyMakesNoRecvTensorCall) {
   const ParsedKey key = Key("recurring");
   // Design B registers each fast Recv's destination (of one byte or more)
   // for its one transfer; A registers none.
@@ -58,8 +53,7 @@ TEST_P(RemoteConformanceTest, FastPathRecurringKeyMakesNoRecvTensorCall) {
             writes ? fast_with_bytes - 1 : 0);
 }
 
-TEST_P(RemoteConformanceTest, FastPathAsyncRecvsOfOneKeyAllArrive) {
-  RDV_SKIP_UNLESS_FAST_PATH();
+TEST_P(RemoteFastPathTest, FastPathAsyncRecvsOfOneKeyAllArrive) {
   const ParsedKey key = Key("async");
   constexpr int kValues = 16;
   ASSERT_TRUE(Produce(70, {Item(key, DType::kFloat, {1024}, 1)}).ok());
@@ -87,8 +81,7 @@ TEST_P(RemoteConformanceTest, FastPathAsyncRecvsOfOneKeyAllArrive) {
 
 // A value of another shape or dtype than the last is fetched by RecvTensor
 // once, whole and right; the key's Recvs are fast again after it.
-TEST_P(RemoteConformanceTest, FastPathChangedShapeIsFetchedWholeOnce) {
-  RDV_SKIP_UNLESS_FAST_PATH();
+TEST_P(RemoteFastPathTest, FastPathChangedShapeIsFetchedWholeOnce) {
   const ParsedKey key = Key("reshaped");
   ASSERT_TRUE(Produce(71, {Item(key, DType::kFloat, {16}, 1)}).ok());
   ExpectPattern(71, key, 1, 64);
@@ -109,8 +102,7 @@ TEST_P(RemoteConformanceTest, FastPathChangedShapeIsFetchedWholeOnce) {
 // A fast Recv's landing buffer of the value's size is its destination: the
 // tagged send writes there and nothing copies after. One of another size
 // is left alone.
-TEST_P(RemoteConformanceTest, FastPathRecvLandsInTheCallersBuffer) {
-  RDV_SKIP_UNLESS_FAST_PATH();
+TEST_P(RemoteFastPathTest, FastPathRecvLandsInTheCallersBuffer) {
   const ParsedKey key = Key("lands");
   constexpr int64_t kBytes = int64_t{256} << 10;
   ASSERT_TRUE(Produce(76, {Item(key, DType::kUInt8, {kBytes}, 1)}).ok());
@@ -138,8 +130,7 @@ TEST_P(RemoteConformanceTest, FastPathRecvLandsInTheCallersBuffer) {
   }
 }
 
-TEST_P(RemoteConformanceTest, FastPathDeadValueArrivesDead) {
-  RDV_SKIP_UNLESS_FAST_PATH();
+TEST_P(RemoteFastPathTest, FastPathDeadValueArrivesDead) {
   const ParsedKey key = Key("dies");
   ASSERT_TRUE(Produce(72, {Item(key, DType::kFloat, {8}, 1)}).ok());
   ExpectPattern(72, key, 1, 32);
@@ -154,8 +145,7 @@ TEST_P(RemoteConformanceTest, FastPathDeadValueArrivesDead) {
 
 // A fast Recv whose value never comes ends with the step's abort, its own
 // timeout and its cancellation, promptly, and the key keeps working.
-TEST_P(RemoteConformanceTest, FastPathRecvEndsByAbortTimeoutAndCancel) {
-  RDV_SKIP_UNLESS_FAST_PATH();
+TEST_P(RemoteFastPathTest, FastPathRecvEndsByAbortTimeoutAndCancel) {
   const ParsedKey key = Key("never");
   ASSERT_TRUE(Produce(73, {Item(key, DType::kFloat, {8}, 1)}).ok());
   ExpectPattern(73, key, 1, 32);
@@ -180,8 +170,7 @@ TEST_P(RemoteConformanceTest, FastPathRecvEndsByAbortTimeoutAndCancel) {
 // before it ends: the values sent after it go to the next Recvs, in order.
 // A withdrawal that crosses its value loses nothing either: the Recv ends
 // with the value, or the value waits for the next Recv.
-TEST_P(RemoteConformanceTest, FastPathWithdrawnRecvLosesNoValue) {
-  RDV_SKIP_UNLESS_FAST_PATH();
+TEST_P(RemoteFastPathTest, FastPathWithdrawnRecvLosesNoValue) {
   constexpr int64_t kStep = 76;
   const ParsedKey key = Key("withdrawn");
   ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, 1)}).ok());
@@ -222,8 +211,7 @@ TEST_P(RemoteConformanceTest, FastPathWithdrawnRecvLosesNoValue) {
 // A producer keeps at most FastPath::kMaxWaitingRequests requests waiting;
 // the Recvs past that are told to ask by RecvTensor, and every value still
 // arrives, right.
-TEST_P(RemoteConformanceTest, FastPathBoundsTheRequestsWaitingAtTheProducer) {
-  RDV_SKIP_UNLESS_FAST_PATH();
+TEST_P(RemoteFastPathTest, FastPathBoundsTheRequestsWaitingAtTheProducer) {
   constexpr int64_t kStep = 77;
   constexpr size_t kOver = 16;
   constexpr size_t kRecvs = FastPath::kMaxWaitingRequests + kOver;
@@ -273,8 +261,7 @@ TEST_P(RemoteConformanceTest, FastPathBoundsTheRequestsWaitingAtTheProducer) {
 // Messages from anyone who reaches the worker's transport: garbage, and
 // well-formed ones naming no key id, request or awaited write, are
 // dropped and counted; a Recv of the key still comes right after them.
-TEST_P(RemoteConformanceTest, FastPathForgedMessagesAreRefusedAndCounted) {
-  RDV_SKIP_UNLESS_FAST_PATH();
+TEST_P(RemoteFastPathTest, FastPathForgedMessagesAreRefusedAndCounted) {
   const ParsedKey key = Key("forged");
   ASSERT_TRUE(Produce(77, {Item(key, DType::kUInt8, {1 << 16}, 1)}).ok());
   ExpectPattern(77, key, 1, 1 << 16);
@@ -312,8 +299,7 @@ TEST_P(RemoteConformanceTest, FastPathForgedMessagesAreRefusedAndCounted) {
 
 // ProducerLostMidTransferFailsTheRecvWithinThePeerTimeout, on the fast
 // path: the consumer's own endpoint to the producer carries its requests.
-TEST_P(RemoteConformanceTest, FastPathProducerLostMidTransferFailsTheRecv) {
-  RDV_SKIP_UNLESS_FAST_PATH();
+TEST_P(RemoteFastPathTest, FastPathProducerLostMidTransferFailsTheRecv) {
   const int64_t fast_before = consumer_->fast_path()->recvs_started();
   ExpectLossMidTransferFailsTheRecv(/*blocking=*/false, /*recurring=*/true);
   if (HasFatalFailure() || IsSkipped()) return;
@@ -321,8 +307,7 @@ TEST_P(RemoteConformanceTest, FastPathProducerLostMidTransferFailsTheRecv) {
       << "the stalled Recv did not take the fast path";
 }
 
-TEST_P(RemoteConformanceTest, FastPathProducerDeathFailsTheRecv) {
-  RDV_SKIP_UNLESS_FAST_PATH();
+TEST_P(RemoteFastPathTest, FastPathProducerDeathFailsTheRecv) {
   const ParsedKey key = Key("orphaned");
   ASSERT_TRUE(Produce(75, {Item(key, DType::kFloat, {8}, 1)}).ok());
   ExpectPattern(75, key, 1, 32);
