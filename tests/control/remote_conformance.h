@@ -548,7 +548,8 @@ class RemoteFastPathTest : public RemoteConformanceTest {
   void SetUp() override {
     RemoteConformanceTest::SetUp();
     if (HasFatalFailure() || IsSkipped()) return;
-    ASSERT_NE(consumer_->fast_path(), nullptr) << "RDV_FAST_PATH=1 and a data plane: it should be on";
+    ASSERT_NE(consumer_->fast_path(), nullptr)
+        << "RDV_FAST_PATH=1 and a data plane: it should be on";
   }
 };
 // Every setting, where there is a GPU: without one, skipped before SetUp
