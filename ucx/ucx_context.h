@@ -111,9 +111,22 @@ struct Context {
   // The progress thread's id, which it sets first thing.
   std::atomic<std::thread::id> progress_id{};
 
-  // Wakes the progress thread to pick up newly posted work.
+  // Set by the progress thread from just before its last look for work
+  // until it wakes (ProgressLoop): only then does a post need to signal it.
+  std::atomic<bool> sleeping{false};
+
+  // Wakes the progress thread to pick up work a post left to it. Not
+  // needed on that thread (it progresses again before it sleeps), nor while
+  // it polls: signalling costs a system call per post, and a spurious
+  // wake-up of the other side's thread, on the latency path of every
+  // small transfer.
   void Wake() const {
-    if (!busy_poll) ucp_worker_signal(worker);
+    if (busy_poll || std::this_thread::get_id() == progress_id.load(std::memory_order_acquire)) {
+      return;
+    }
+    // seq_cst, paired with ProgressLoop's store: either this sees it
+    // asleep, or its look for work comes after this post.
+    if (sleeping.load(std::memory_order_seq_cst)) ucp_worker_signal(worker);
   }
   void RunOnProgressThread(std::function<void()> task) {
     tasks.Push(std::move(task));

@@ -68,15 +68,22 @@ void ProgressLoop(Context* context) {
       sched_yield();
       continue;
     }
-    const ucs_status_t armed = ucp_worker_arm(context->worker);
-    if (armed == UCS_ERR_BUSY) continue;
-    if (armed != UCS_OK) {
-      context->log(0, std::string("ucp_worker_arm: ") + ucs_status_string(armed));
+    // From here posts signal the worker (Context::Wake); one posted before
+    // this store is found by the progress below.
+    context->sleeping.store(true, std::memory_order_seq_cst);
+    if (ucp_worker_progress(context->worker) != 0) {
+      context->sleeping.store(false, std::memory_order_relaxed);
       continue;
     }
-    pollfd wait{context->event_fd, POLLIN, 0};
-    // ucp_worker_signal wakes it for new work and stop.
-    poll(&wait, 1, context->started.load(std::memory_order_acquire) > 0 ? 1 : -1);
+    const ucs_status_t armed = ucp_worker_arm(context->worker);
+    if (armed == UCS_OK) {
+      pollfd wait{context->event_fd, POLLIN, 0};
+      // ucp_worker_signal wakes it for new work and stop.
+      poll(&wait, 1, context->started.load(std::memory_order_acquire) > 0 ? 1 : -1);
+    } else if (armed != UCS_ERR_BUSY) {
+      context->log(0, std::string("ucp_worker_arm: ") + ucs_status_string(armed));
+    }
+    context->sleeping.store(false, std::memory_order_relaxed);
   }
 }
 
