@@ -23,7 +23,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -41,6 +40,7 @@
 #include "core/cuda.h"
 #include "core/device_copy.h"
 #include "gtest/gtest.h"
+#include "tests/control/conformance_settings.h"
 #include "tests/test_util.h"
 
 namespace rdv::control::remote_test {
@@ -59,63 +59,6 @@ inline absl::Duration TestPeerTimeout() {
   return absl::Milliseconds(text == nullptr ? 2000 : std::strtoll(text, nullptr, 10));
 }
 inline const absl::Duration kPeerTimeout = TestPeerTimeout();
-
-// A protocol and the environment both workers run it under.
-struct ProtocolSetting {
-  const char* name;      // test name suffix
-  const char* protocol;  // --protocol
-  const char* ucx_tls;   // UCX_TLS, or null
-  bool needs_rdma = false;  // runs on an RDMA device (tests/softroce runs it)
-  const char* ucx_op = nullptr;  // RDV_UCX_OP, or null
-  bool fast_path = false;        // RDV_FAST_PATH on both workers
-  bool fast_path_writes = false;  // RDV_FAST_PATH_WRITES on both workers
-};
-
-// ctest lists each case under the setting's name.
-inline void PrintTo(const ProtocolSetting& setting, std::ostream* out) { *out << setting.name; }
-inline std::string SettingName(const ::testing::TestParamInfo<ProtocolSetting>& info) {
-  return info.param.name;
-}
-
-// Every setting the suite runs on.
-inline std::vector<ProtocolSetting> ConformanceSettings() {
-  return {
-      ProtocolSetting{"grpc", "grpc", nullptr},
-      ProtocolSetting{"grpc_ucx_tcp", "grpc+ucx", "tcp"},
-      ProtocolSetting{"grpc_ucx_shm", "grpc+ucx", "posix,cma,self"},
-      // Gets forced where UCX serves them in software: a user's choice
-      // (RDV_UCX_OP), and the one transfer a lost peer leaves for the
-      // control plane to end.
-      ProtocolSetting{"grpc_ucx_shm_get", "grpc+ucx", "posix,cma,self", false, "get"},
-      ProtocolSetting{"grpc_verbs", "grpc+verbs", nullptr, true},
-      // UCX over SoftRoCE needs UCX_UD_VERBS_ETH_DGID_CHECK=n.
-      ProtocolSetting{"grpc_ucx_rdma", "grpc+ucx", "rc_verbs,ud_verbs", true},
-      // Recvs of known keys without RecvTensor (RDV_FAST_PATH).
-      ProtocolSetting{"grpc_ucx_tcp_fast", "grpc+ucx", "tcp", false, nullptr, true},
-      ProtocolSetting{"grpc_ucx_shm_fast", "grpc+ucx", "posix,cma,self", false, nullptr, true},
-      // The fast path's design B: the producer writes the consumer's
-      // destination, then says so. Forced here (RDV_FAST_PATH_WRITES);
-      // verbs and UCX over RDMA, whose producers are read from, always
-      // write.
-      ProtocolSetting{"grpc_ucx_shm_fast_write", "grpc+ucx", "posix,cma,self", false, nullptr,
-                      true, true},
-      ProtocolSetting{"grpc_verbs_fast", "grpc+verbs", nullptr, true, nullptr, true},
-      ProtocolSetting{"grpc_ucx_rdma_fast", "grpc+ucx", "rc_verbs,ud_verbs", true, nullptr, true},
-  };
-}
-
-inline std::vector<ProtocolSetting> SettingsWhere(bool (*holds)(const ProtocolSetting&)) {
-  std::vector<ProtocolSetting> settings = ConformanceSettings();
-  std::erase_if(settings, [&](const ProtocolSetting& setting) { return !holds(setting); });
-  return settings;
-}
-inline bool HasDataPlane(const ProtocolSetting& setting) {
-  return std::string_view(setting.protocol) != "grpc";
-}
-inline bool IsUcx(const ProtocolSetting& setting) {
-  return absl::StrContains(setting.protocol, "ucx");
-}
-inline bool HasFastPath(const ProtocolSetting& setting) { return setting.fast_path; }
 
 // The largest tensor a test moves: RDV_TEST_MAX_BYTES, where the wire is
 // slow (SoftRoCE under emulation moves tens of MB/s).
