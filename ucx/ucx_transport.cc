@@ -69,9 +69,10 @@ void ProgressLoop(Context* context) {
       continue;
     }
     // From here posts signal the worker (Context::Wake); one posted before
-    // this store is found by the progress below.
+    // this store is found by the progress below. Its completions, like the
+    // loop's, run before any sleep.
     context->sleeping.store(true, std::memory_order_seq_cst);
-    if (ucp_worker_progress(context->worker) != 0) {
+    if (ucp_worker_progress(context->worker) != 0 || !context->completions.empty()) {
       context->sleeping.store(false, std::memory_order_relaxed);
       continue;
     }
