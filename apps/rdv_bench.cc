@@ -12,6 +12,7 @@
 // --plot (a PNG drawn by gnuplot) when asked.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,6 +68,11 @@ ABSL_FLAG(std::string, keys, "recurring",
           "recurring: every Recv of a size takes the next value of one key (a training loop's "
           "steady state: the fast path serves it); first: every Recv is of a key never "
           "received before (RecvTensor, the first exchange of each key)");
+ABSL_FLAG(int, cpu, -1,
+          "run this process on this CPU only (-1: where the scheduler puts it). Benchmarks "
+          "of two processes on a small machine pin each to its own CPU, as ucx_perftest -c "
+          "does: left to the scheduler, where their threads land sets small-message latency");
+ABSL_FLAG(int, peer_cpu, -1, "with --local: run the peer on this CPU only (-1: unpinned)");
 ABSL_FLAG(bool, no_verify, false, "skip checking the received bytes");
 ABSL_FLAG(bool, stats, false,
           "after the run, print the counters of both ends (as rdv-stat does): which path "
@@ -87,12 +93,64 @@ using bench::TransportEnv;
 constexpr char kProducerWorker[] = "/job:worker/replica:0/task:0";
 constexpr absl::Duration kPeerStartLimit = absl::Seconds(60);
 
+// Pins the calling thread, and so every thread and child it starts after,
+// to `cpu`; -1 restores `all` (the mask the process started with).
+absl::Status PinTo(int cpu, const cpu_set_t& all) {
+  cpu_set_t set = all;
+  if (cpu >= 0) {
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+  }
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot run on CPU ", cpu, ": ",
+                                                   std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCpu(const char* flag, int cpu, const cpu_set_t& all) {
+  if (cpu == -1 || (cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(cpu, &all))) {
+    return absl::OkStatus();
+  }
+  std::string allowed;
+  for (int i = 0; i < CPU_SETSIZE; ++i) {
+    if (CPU_ISSET(i, &all)) absl::StrAppend(&allowed, allowed.empty() ? "" : ",", i);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", cpu,
+                                                 ": this process may run on CPUs ", allowed,
+                                                 " only (or give -1: unpinned)"));
+}
+
+// "CPU 3" or "CPUs 0,1": where `pid`'s main thread may run (0: this thread).
+std::string CpusOf(pid_t pid) {
+  cpu_set_t set;
+  if (sched_getaffinity(pid, sizeof(set), &set) != 0) return "CPUs unknown";
+  std::string cpus;
+  for (int i = 0; i < CPU_SETSIZE; ++i) {
+    if (CPU_ISSET(i, &set)) absl::StrAppend(&cpus, cpus.empty() ? "" : ",", i);
+  }
+  return absl::StrCat(CPU_COUNT(&set) == 1 ? "CPU " : "CPUs ", cpus);
+}
+
+// The CPUs this process may run on, with --cpu and --peer_cpu among them.
+absl::StatusOr<cpu_set_t> CpusAllowed() {
+  cpu_set_t all;
+  if (sched_getaffinity(0, sizeof(all), &all) != 0) {
+    return absl::InternalError(absl::StrCat("sched_getaffinity: ", std::strerror(errno)));
+  }
+  RDV_RETURN_IF_ERROR(CheckCpu("cpu", absl::GetFlag(FLAGS_cpu), all));
+  RDV_RETURN_IF_ERROR(CheckCpu("peer_cpu", absl::GetFlag(FLAGS_peer_cpu), all));
+  return all;
+}
+
 class Bench {
  public:
   absl::Status Connect();
   absl::StatusOr<Row> Measure(int64_t size);
   // Both ends' GetStats counters, as tables (--stats).
   absl::StatusOr<std::string> StatsOfBothEnds() const;
+  // Where this process and a --local peer run, when either is pinned.
+  std::string Placement() const;
 
  private:
   absl::Status Produce(int64_t step, int64_t size, int count, uint32_t seed);
@@ -126,7 +184,10 @@ class Bench {
 
 absl::Status Bench::Connect() {
   const std::string protocol = absl::GetFlag(FLAGS_protocol);
+  RDV_ASSIGN_OR_RETURN(const cpu_set_t all, CpusAllowed());
   if (absl::GetFlag(FLAGS_local)) {
+    // The peer inherits the mask of the thread that spawns it.
+    RDV_RETURN_IF_ERROR(PinTo(absl::GetFlag(FLAGS_peer_cpu), all));
     RDV_ASSIGN_OR_RETURN(peer_process_,
                          WorkerProcess::Start({"--task=0", "--listen=127.0.0.1:0", "--enable_driver",
                                                absl::StrCat("--protocol=", protocol),
@@ -136,6 +197,8 @@ absl::Status Bench::Connect() {
   } else {
     peer_address_ = absl::GetFlag(FLAGS_client);
   }
+  // Before this process' own worker starts its threads, which inherit it.
+  RDV_RETURN_IF_ERROR(PinTo(absl::GetFlag(FLAGS_cpu), all));
   RDV_ASSIGN_OR_RETURN(WorkerServerOptions options, WorkerServerOptions::FromEnvironment());
   options.task = 1;
   options.protocol = protocol;
@@ -168,6 +231,15 @@ absl::Status Bench::Connect() {
   key_ = CreateRendezvousKey(absl::StrCat(kProducerWorker, device), peer_incarnation_,
                              absl::StrCat(consumer_->worker_name(), device), "edge_1_bench");
   return absl::OkStatus();
+}
+
+std::string Bench::Placement() const {
+  if (absl::GetFlag(FLAGS_cpu) == -1 && absl::GetFlag(FLAGS_peer_cpu) == -1) return "";
+  std::string placement = absl::StrCat(", this process on ", CpusOf(0));
+  if (peer_process_ != nullptr) {
+    absl::StrAppend(&placement, ", the peer on ", CpusOf(peer_process_->pid()));
+  }
+  return placement;
 }
 
 absl::StatusOr<std::string> Bench::StatsOfBothEnds() const {
@@ -369,6 +441,8 @@ absl::Status ServeUntilSignal() {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  RDV_ASSIGN_OR_RETURN(const cpu_set_t all, CpusAllowed());
+  RDV_RETURN_IF_ERROR(PinTo(absl::GetFlag(FLAGS_cpu), all));
   RDV_ASSIGN_OR_RETURN(std::unique_ptr<WorkerServer> server, WorkerServer::Start(options));
   std::printf("rdv-bench server %s on %s; stop with Ctrl-C\n", options.protocol.c_str(),
               server->address().c_str());
@@ -407,6 +481,10 @@ absl::Status CheckFlags() {
   if (absl::GetFlag(FLAGS_keys) != "recurring" && absl::GetFlag(FLAGS_keys) != "first") {
     return absl::InvalidArgumentError("--keys: use recurring or first");
   }
+  if (absl::GetFlag(FLAGS_peer_cpu) != -1 && !absl::GetFlag(FLAGS_local)) {
+    return absl::InvalidArgumentError("--peer_cpu pins the peer that --local spawns; pin a "
+                                      "--server with its own --cpu");
+  }
   if (absl::GetFlag(FLAGS_in_flight) < 1 || absl::GetFlag(FLAGS_warmup) < 0) {
     return absl::InvalidArgumentError("--in_flight must be >= 1 and --warmup >= 0");
   }
@@ -420,13 +498,14 @@ absl::Status Run() {
   Bench bench;
   RDV_RETURN_IF_ERROR(bench.Connect());
   const std::string env = TransportEnv(absl::GetFlag(FLAGS_protocol));
-  std::printf("rdv-bench: %s %s%s%s, %s memory, %s keys, %d in flight, %s\n",
+  std::printf("rdv-bench: %s %s%s%s, %s memory, %s keys, %d in flight, %s%s\n",
               absl::GetFlag(FLAGS_subject) == "grpc-raw" ? "raw unary gRPC calls on the channel of"
                                                            : "protocol",
               absl::GetFlag(FLAGS_protocol).c_str(), env.empty() ? "" : ", ", env.c_str(),
               absl::GetFlag(FLAGS_memory).c_str(), absl::GetFlag(FLAGS_keys).c_str(),
               absl::GetFlag(FLAGS_in_flight),
-              absl::GetFlag(FLAGS_no_verify) ? "not verified" : "every byte verified");
+              absl::GetFlag(FLAGS_no_verify) ? "not verified" : "every byte verified",
+              bench.Placement().c_str());
   std::printf(" %-12s %-12s %-16s %-18s %-14s %-14s\n", "#bytes", "#iterations", "BW peak[GB/s]",
               "BW average[GB/s]", "lat p50[us]", "lat p99[us]");
   std::vector<Row> rows;

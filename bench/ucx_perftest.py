@@ -30,27 +30,37 @@ def iterations_for(size):
     return max(5, min(2000, (256 << 20) // size))
 
 
-def run_once(test, size):
+def final_fields(test, size, cpus=None):
+    """One ucx_perftest run between a server and a client on loopback: the
+    fields of its "Final:" line. `cpus`, when given, is (the client's CPU,
+    the server's CPU): each process pinned to its own, as rdv-bench --cpu
+    and --peer_cpu pin rdv's two."""
     port = free_port()
-    server = subprocess.Popen(["ucx_perftest", "-p", str(port)],
+    client_cpu, server_cpu = (["-c", str(cpus[0])], ["-c", str(cpus[1])]) if cpus else ([], [])
+    server = subprocess.Popen(["ucx_perftest", "-p", str(port)] + server_cpu,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + WAIT_LIMIT_S
         while True:  # the client fails until the server listens; bounded
             client = subprocess.run(
                 ["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s", str(size),
-                 "-n", str(iterations_for(size)), "-w", "2"],
+                 "-n", str(iterations_for(size)), "-w", "2"] + client_cpu,
                 capture_output=True, text=True, timeout=WAIT_LIMIT_S)
             if client.returncode == 0 or time.monotonic() > deadline:
                 break
         for line in client.stdout.splitlines():
             if line.startswith("Final:"):
-                mib_per_s = float(line.split()[5])  # bandwidth average, MB/s = MiB/s
-                return mib_per_s * (1 << 20) / 1e9
+                return line.split()
         raise RuntimeError(f"ucx_perftest {test} {size}: no result\n{client.stdout}{client.stderr}")
     finally:
         server.kill()
         server.wait()
+
+
+def run_once(test, size, cpus=None):
+    """Bandwidth in GB/s."""
+    mib_per_s = float(final_fields(test, size, cpus)[5])  # bandwidth average, MB/s = MiB/s
+    return mib_per_s * (1 << 20) / 1e9
 
 
 def main(out, sizes):

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """rdv-bench smoke test: --local over each protocol this machine has, two
 small sizes, bytes verified, JSON read back and its fields checked; one
-small `compare` run and its rows; a bad protocol and an unreachable peer
+small `compare` run and its rows; --cpu and --peer_cpu placing the two
+processes, a CPU outside the set refused; a bad protocol and an unreachable peer
 each give a one-line error and exit 1; --memory cuda runs GPU to GPU, or
 without a GPU is a one-line refusal.
 
@@ -102,6 +103,18 @@ check(result.returncode == 0 and "counters of both ends" in result.stdout
       and "rdv_received_bytes_total" in result.stdout,
       f"--stats: exit {result.returncode}: {result.stdout[-800:]}")
 
+# --cpu and --peer_cpu: each process on the CPU it was given, as the header
+# says (read back from the kernel); a CPU outside this process' set is refused.
+cpus = sorted(os.sched_getaffinity(0))
+result = run(["--local", "--protocol", "grpc", "--sizes", "4K", "--iters", "5",
+              "--cpu", str(cpus[0]), "--peer_cpu", str(cpus[-1])])
+check(result.returncode == 0
+      and f"this process on CPU {cpus[0]}, the peer on CPU {cpus[-1]}" in result.stdout,
+      f"--cpu/--peer_cpu: exit {result.returncode}: {result.stdout[:400]}{result.stderr[-400:]}")
+result = run(["--local", "--protocol", "grpc", "--cpu", str(cpus[-1] + 1)])
+check(result.returncode == 1 and "may run on CPUs" in result.stderr,
+      f"--cpu outside the set: exit {result.returncode}: {result.stderr[-400:]}")
+
 # compare: one small run, its rows read back.
 compare_fields = {"subject", "transport_env", "keys", "table", "size_bytes", "repetitions",
                   "bw_GBps_median", "bw_GBps_min", "bw_GBps_max", "lat_us_p50", "lat_us_p99"}
@@ -131,6 +144,9 @@ with tempfile.TemporaryDirectory() as scratch:
                   and row["bw_GBps_min"] <= row["bw_GBps_median"] <= row["bw_GBps_max"],
                   f"compare: {row}")
         check("rdv:grpc beside raw gRPC" in result.stdout, "compare: no table")
+        check(("pinned for the 64 B table" if len(cpus) >= 2 else "every process unpinned")
+              in result.stdout,
+              f"compare: placement not stated: {result.stdout[:400]}")
         check("64 B Recv of a recurring key" in result.stdout, "compare: no latency table")
 
 for args, what in [(["--local", "--protocol", "carrierpigeon"], "unknown protocol"),
