@@ -12,7 +12,6 @@
 // --plot (a PNG drawn by gnuplot) when asked.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +29,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "apps/bench_results.h"
+#include "apps/compare_script.h"
+#include "apps/cpu_placement.h"
 #include "apps/tool_flags.h"
 #include "control/protocol.h"
 #include "control/security.h"
@@ -93,54 +94,12 @@ using bench::TransportEnv;
 constexpr char kProducerWorker[] = "/job:worker/replica:0/task:0";
 constexpr absl::Duration kPeerStartLimit = absl::Seconds(60);
 
-// Pins the calling thread, and so every thread and child it starts after,
-// to `cpu`; -1 restores `all` (the mask the process started with).
-absl::Status PinTo(int cpu, const cpu_set_t& all) {
-  cpu_set_t set = all;
-  if (cpu >= 0) {
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-  }
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot run on CPU ", cpu, ": ",
-                                                   std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckCpu(const char* flag, int cpu, const cpu_set_t& all) {
-  if (cpu == -1 || (cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(cpu, &all))) {
-    return absl::OkStatus();
-  }
-  std::string allowed;
-  for (int i = 0; i < CPU_SETSIZE; ++i) {
-    if (CPU_ISSET(i, &all)) absl::StrAppend(&allowed, allowed.empty() ? "" : ",", i);
-  }
-  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", cpu,
-                                                 ": this process may run on CPUs ", allowed,
-                                                 " only (or give -1: unpinned)"));
-}
-
-// "CPU 3" or "CPUs 0,1": where `pid`'s main thread may run (0: this thread).
-std::string CpusOf(pid_t pid) {
-  cpu_set_t set;
-  if (sched_getaffinity(pid, sizeof(set), &set) != 0) return "CPUs unknown";
-  std::string cpus;
-  for (int i = 0; i < CPU_SETSIZE; ++i) {
-    if (CPU_ISSET(i, &set)) absl::StrAppend(&cpus, cpus.empty() ? "" : ",", i);
-  }
-  return absl::StrCat(CPU_COUNT(&set) == 1 ? "CPU " : "CPUs ", cpus);
-}
-
 // The CPUs this process may run on, with --cpu and --peer_cpu among them.
-absl::StatusOr<cpu_set_t> CpusAllowed() {
-  cpu_set_t all;
-  if (sched_getaffinity(0, sizeof(all), &all) != 0) {
-    return absl::InternalError(absl::StrCat("sched_getaffinity: ", std::strerror(errno)));
-  }
-  RDV_RETURN_IF_ERROR(CheckCpu("cpu", absl::GetFlag(FLAGS_cpu), all));
-  RDV_RETURN_IF_ERROR(CheckCpu("peer_cpu", absl::GetFlag(FLAGS_peer_cpu), all));
-  return all;
+absl::StatusOr<cpu_set_t> CpusAllowedWithFlags() {
+  RDV_ASSIGN_OR_RETURN(const cpu_set_t allowed, CpusAllowed());
+  RDV_RETURN_IF_ERROR(CheckCpu("cpu", absl::GetFlag(FLAGS_cpu), allowed));
+  RDV_RETURN_IF_ERROR(CheckCpu("peer_cpu", absl::GetFlag(FLAGS_peer_cpu), allowed));
+  return allowed;
 }
 
 class Bench {
@@ -184,10 +143,10 @@ class Bench {
 
 absl::Status Bench::Connect() {
   const std::string protocol = absl::GetFlag(FLAGS_protocol);
-  RDV_ASSIGN_OR_RETURN(const cpu_set_t all, CpusAllowed());
+  RDV_ASSIGN_OR_RETURN(const cpu_set_t allowed, CpusAllowedWithFlags());
   if (absl::GetFlag(FLAGS_local)) {
     // The peer inherits the mask of the thread that spawns it.
-    RDV_RETURN_IF_ERROR(PinTo(absl::GetFlag(FLAGS_peer_cpu), all));
+    RDV_RETURN_IF_ERROR(PinThreadTo(absl::GetFlag(FLAGS_peer_cpu), allowed));
     RDV_ASSIGN_OR_RETURN(peer_process_,
                          WorkerProcess::Start({"--task=0", "--listen=127.0.0.1:0", "--enable_driver",
                                                absl::StrCat("--protocol=", protocol),
@@ -198,7 +157,7 @@ absl::Status Bench::Connect() {
     peer_address_ = absl::GetFlag(FLAGS_client);
   }
   // Before this process' own worker starts its threads, which inherit it.
-  RDV_RETURN_IF_ERROR(PinTo(absl::GetFlag(FLAGS_cpu), all));
+  RDV_RETURN_IF_ERROR(PinThreadTo(absl::GetFlag(FLAGS_cpu), allowed));
   RDV_ASSIGN_OR_RETURN(WorkerServerOptions options, WorkerServerOptions::FromEnvironment());
   options.task = 1;
   options.protocol = protocol;
@@ -441,8 +400,8 @@ absl::Status ServeUntilSignal() {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  RDV_ASSIGN_OR_RETURN(const cpu_set_t all, CpusAllowed());
-  RDV_RETURN_IF_ERROR(PinTo(absl::GetFlag(FLAGS_cpu), all));
+  RDV_ASSIGN_OR_RETURN(const cpu_set_t allowed, CpusAllowedWithFlags());
+  RDV_RETURN_IF_ERROR(PinThreadTo(absl::GetFlag(FLAGS_cpu), allowed));
   RDV_ASSIGN_OR_RETURN(std::unique_ptr<WorkerServer> server, WorkerServer::Start(options));
   std::printf("rdv-bench server %s on %s; stop with Ctrl-C\n", options.protocol.c_str(),
               server->address().c_str());
@@ -535,31 +494,8 @@ absl::Status Run() {
 }  // namespace
 }  // namespace rdv::control
 
-// `rdv-bench compare ...` runs bench/compare.py (installed beside rdv's data,
-// else from the source tree), which drives this binary and its peers.
-int Compare(int argc, char** argv) {
-  char self[4096];
-  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (length <= 0) {
-    std::fprintf(stderr, "rdv-bench: cannot find its own executable\n");
-    return 1;
-  }
-  self[length] = '\0';
-  const std::string installed =
-      std::string(self).substr(0, std::string(self).rfind('/')) + "/../share/rdv/compare.py";
-  const std::string script = access(installed.c_str(), R_OK) == 0 ? installed : RDV_COMPARE_SCRIPT;
-  std::vector<char*> args = {const_cast<char*>("python3"), const_cast<char*>(script.c_str()),
-                             const_cast<char*>("--rdv-bench"), self};
-  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
-  args.push_back(nullptr);
-  execvp("python3", args.data());
-  std::fprintf(stderr, "rdv-bench compare: cannot run python3 %s: %s\n", script.c_str(),
-               std::strerror(errno));
-  return 1;
-}
-
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "compare") return Compare(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "compare") return rdv::RunCompareScript(argc, argv);
   rdv::ParseToolFlags(argc, argv,
       "Send->Recv bandwidth and latency between two rdv workers.\n"
       "  rdv-bench --local [--protocol grpc+ucx] [--sizes 4K:64M]\n"

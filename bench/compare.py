@@ -113,11 +113,11 @@ class Results:
         return rows
 
 
-def run_rdv_bench(args, sizes, protocol, env, subject="rdv", keys="recurring", cpus=None):
+def run_rdv_bench(rdv_bench, sizes, protocol, env, subject="rdv", keys="recurring", cpus=None):
     pin = ["--cpu", str(cpus[0]), "--peer_cpu", str(cpus[1])] if cpus else []
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         result = subprocess.run(
-            [args.rdv_bench, "--local", "--protocol", protocol, "--subject", subject,
+            [rdv_bench, "--local", "--protocol", protocol, "--subject", subject,
              "--sizes", ",".join(map(str, sizes)), "--keys", keys, "--json", out.name] + pin,
             env=dict(os.environ, **env), capture_output=True, text=True, timeout=1800)
         if result.returncode != 0:
@@ -148,10 +148,10 @@ def measure(args, sizes, settings, results):
     verbs = rdma_device()
     for repetition in range(args.repetitions):
         print(f"  repetition {repetition + 1} of {args.repetitions}", file=sys.stderr, flush=True)
-        for row in run_rdv_bench(args, sizes, "grpc", {}, cpus=args.bandwidth_cpus):
+        for row in run_rdv_bench(args.rdv_bench, sizes, "grpc", {}, cpus=args.bandwidth_cpus):
             results.add("rdv:grpc", "", row["size_bytes"], row["bw_GBps_avg"],
                         row["lat_us_p50"], row["lat_us_p99"])
-        for row in run_rdv_bench(args, sizes, "grpc", {}, subject="grpc-raw",
+        for row in run_rdv_bench(args.rdv_bench, sizes, "grpc", {}, subject="grpc-raw",
                                  cpus=args.bandwidth_cpus):
             results.add("grpc-raw", "", row["size_bytes"], row["bw_GBps_avg"],
                         row["lat_us_p50"], row["lat_us_p99"])
@@ -160,7 +160,7 @@ def measure(args, sizes, settings, results):
             label = f"UCX_TLS={tls}"
             for keys, subject in (("recurring", "rdv:grpc+ucx"),
                                   ("first", "rdv:grpc+ucx" + FIRST_KEYS)):
-                for row in run_rdv_bench(args, sizes, "grpc+ucx", env, keys=keys,
+                for row in run_rdv_bench(args.rdv_bench, sizes, "grpc+ucx", env, keys=keys,
                                          cpus=args.bandwidth_cpus):
                     results.add(subject, label, row["size_bytes"], row["bw_GBps_avg"],
                                 row["lat_us_p50"], row["lat_us_p99"])
@@ -175,7 +175,8 @@ def measure(args, sizes, settings, results):
         measure_latency(args, settings, results)
         if verbs:
             env = {"RDV_IB_DEVICE": verbs}
-            for row in run_rdv_bench(args, sizes, "grpc+verbs", env, cpus=args.bandwidth_cpus):
+            for row in run_rdv_bench(args.rdv_bench, sizes, "grpc+verbs", env,
+                                     cpus=args.bandwidth_cpus):
                 results.add("rdv:grpc+verbs", f"RDV_IB_DEVICE={verbs}", row["size_bytes"],
                             row["bw_GBps_avg"], row["lat_us_p50"], row["lat_us_p99"])
 
@@ -184,14 +185,15 @@ def measure_latency(args, settings, results):
     """One repetition of the 64 B table: raw gRPC, then per UCX_TLS the
     recurring Recv in each progress mode and ucx_perftest's tag latency."""
     size = LATENCY_SIZE
-    for row in run_rdv_bench(args, [size], "grpc", {}, subject="grpc-raw",
+    for row in run_rdv_bench(args.rdv_bench, [size], "grpc", {}, subject="grpc-raw",
                              cpus=args.latency_cpus):
         results.add("grpc-raw" + LATENCY, "", size, row["bw_GBps_avg"], row["lat_us_p50"],
                     row["lat_us_p99"])
     for tls in settings:
         for progress in PROGRESS_MODES:
             env = {"UCX_TLS": tls, "RDV_UCX_PROGRESS": progress}
-            for row in run_rdv_bench(args, [size], "grpc+ucx", env, cpus=args.latency_cpus):
+            for row in run_rdv_bench(args.rdv_bench, [size], "grpc+ucx", env,
+                                     cpus=args.latency_cpus):
                 results.add("rdv:grpc+ucx" + LATENCY, latency_label(tls, progress), size,
                             row["bw_GBps_avg"], row["lat_us_p50"], row["lat_us_p99"])
         with ucx_tls(tls):
