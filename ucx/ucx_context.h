@@ -57,6 +57,7 @@ struct Context {
   int event_fd = -1;
   bool busy_poll = false;
   std::chrono::microseconds spin{0};  // UcxSettings::spin
+  bool mapped_memory = false;         // UcxSettings::mapped_memory
   bool peer_failure_handling = true;  // UcxSettings::peer_failure_handling
   // UCX before 1.14 with a UD transport open: destroying the worker while
   // an endpoint to a lost peer has its wireup request still queued on a UD

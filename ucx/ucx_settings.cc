@@ -32,6 +32,10 @@ const rdv_transport_setting_info_t kSettings[] = {
     {"spin_us", "RDV_UCX_SPIN_US", "1000",
      "with progress wait: microseconds the progress thread keeps polling (yielding the CPU "
      "between polls) after its last work before it sleeps, 0 to 10000"},
+    {"memory", "RDV_UCX_MEMORY", "anonymous",
+     "anonymous or mapped: the memory rdv's pool takes from this transport; mapped is UCX's "
+     "shared-memory allocation, which a consumer on the same host maps and copies from at "
+     "memory speed with op get, and which stays mapped in it (docs/security.md)"},
 };
 
 // UCX_TLS as UCX reads it: a list of transport names, or of names to
@@ -145,19 +149,21 @@ const rdv_transport_setting_info_t* SettingsTable(size_t* count) {
 int ReadSettings(const rdv_transport_init_params_t* params, UcxSettings* settings,
                  rdv_transport_error_t* error) {
   PluginSettings given(kSettings, "ucx");
-  int op = 0, progress = 0;
+  int op = 0, progress = 0, memory = 0;
   long spin_us = 0;
   int code = RDV_TRANSPORT_OK;
   if ((code = given.Configure(params, error)) ||
       (code = given.Choice("op", {"auto", "get", "tag"}, &op, error)) ||
       (code = given.Choice("progress", {"wait", "poll"}, &progress, error)) ||
-      (code = given.Integer("spin_us", 0, 10000, &spin_us, error))) {
+      (code = given.Integer("spin_us", 0, 10000, &spin_us, error)) ||
+      (code = given.Choice("memory", {"anonymous", "mapped"}, &memory, error))) {
     return code;
   }
   settings->tls = given.Text("tls");
   settings->tls_given = given.Given("tls");
   settings->busy_poll = progress == 1;
   settings->spin = std::chrono::microseconds(spin_us);
+  settings->mapped_memory = memory == 1;
   const bool get = op == 1 || (op == 0 && OnlyConfiningTransports(ParseTls(settings->tls)));
   settings->preferred_op = get ? RDV_TRANSPORT_OP_GET : RDV_TRANSPORT_OP_TAG;
   settings->peer_failure_handling = !OnlySharedMemory(ParseTls(settings->tls));

@@ -24,6 +24,9 @@ struct UcxSettings {
   bool busy_poll = false;
   // With wait: how long the progress thread polls after its last work.
   std::chrono::microseconds spin{0};
+  // The pool is UCX's own allocation (UCP_MEM_MAP_ALLOCATE), not anonymous
+  // memory.
+  bool mapped_memory = false;
   // False when the tls names only shared-memory transports, which cannot
   // report a lost peer in UCX 1.13: endpoints then ask for no peer-failure
   // handling (asking first makes UCX log an error per endpoint).

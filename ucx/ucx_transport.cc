@@ -139,6 +139,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
   context->log.Configure(params);
   context->busy_poll = settings.busy_poll;
   context->spin = settings.spin;
+  context->mapped_memory = settings.mapped_memory;
   context->peer_failure_handling = settings.peer_failure_handling;
   context->preferred_op = settings.preferred_op;
   if (params != nullptr && (params->field_mask & RDV_TRANSPORT_INIT_FIELD_MESSAGES)) {
@@ -197,7 +198,8 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
                          (context->spin.count() > 0 && !context->busy_poll
                               ? " after " + std::to_string(context->spin.count()) + " us polling"
                               : "") +
-                         (context->cuda_memory ? ", CUDA memory" : ", host memory only") + tuned;
+                         (context->cuda_memory ? ", CUDA memory" : ", host memory only") +
+                         (context->mapped_memory ? ", mapped pool" : "") + tuned;
   context->log(2, "UCX transport: " + context->description);
   context->progress = std::thread(ProgressLoop, context);
   *out = reinterpret_cast<rdv_transport_context_t>(context);
@@ -294,14 +296,46 @@ int MapMemory(Context* context, ucp_mem_map_params_t* params, rdv_transport_memo
 
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-// Plain anonymous memory, registered, rather than UCX's own allocation
-// (UCP_MEM_MAP_ALLOCATE), which comes from a shared-memory segment that a
-// consumer on the same host maps: with it, the tagged sends of large values
-// moved at less than half the speed here, and a get from it never completed
-// under UCX 1.13 (docs/plugins.md). A get of anonymous memory travels as
-// shared-memory active messages instead (kTunedDefaults).
+void MemRelease(rdv_transport_memory_t handle);
+
+// UCX's own allocation (memory setting `mapped`): a shared-memory segment
+// that a consumer on the same host maps, and then copies from at memory
+// speed (PostGet). Tagged sends from it move at less than half the speed of
+// anonymous memory's here (docs/plugins.md).
+int MapAllocation(Context* context, size_t length, rdv_transport_memory_t* out, void** address,
+                  rdv_transport_error_t* error) {
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  params.address = nullptr;
+  params.length = length;
+  params.flags = UCP_MEM_MAP_ALLOCATE;
+  rdv_transport_memory_t memory = nullptr;
+  const int code = MapMemory(context, &params, &memory, error, "allocation");
+  if (code != RDV_TRANSPORT_OK) return code;
+  ucp_mem_attr_t attributes{};
+  attributes.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+  const ucs_status_t status =
+      ucp_mem_query(reinterpret_cast<Memory*>(memory)->memh, &attributes);
+  if (status != UCS_OK) {
+    MemRelease(memory);
+    return UcxError(error, status, "ucp_mem_query of an allocation");
+  }
+  *out = memory;
+  *address = attributes.address;
+  return RDV_TRANSPORT_OK;
+}
+
+// By default plain anonymous memory, registered, rather than UCX's own
+// allocation: a get from UCX's allocation never completed under UCX 1.13
+// when UCX itself carried it (docs/plugins.md), and anonymous memory keeps
+// every byte of the producer out of its consumers' address spaces. A get
+// of anonymous memory travels as shared-memory active messages
+// (kTunedDefaults).
 int MemAlloc(rdv_transport_context_t handle, size_t length, rdv_transport_memory_t* out,
              void** address, rdv_transport_error_t* error) {
+  Context* context = ContextOf(handle);
+  if (context->mapped_memory) return MapAllocation(context, length, out, address, error);
   void* mapped = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) {
     return SetError(error, RDV_TRANSPORT_RESOURCE_EXHAUSTED, "mmap of %zu bytes: %s", length,
@@ -315,7 +349,7 @@ int MemAlloc(rdv_transport_context_t handle, size_t length, rdv_transport_memory
   params.address = mapped;
   params.length = length;
   rdv_transport_memory_t memory = nullptr;
-  const int code = MapMemory(ContextOf(handle), &params, &memory, error, "registration");
+  const int code = MapMemory(context, &params, &memory, error, "registration");
   if (code != RDV_TRANSPORT_OK) {
     munmap(mapped, length);
     return code;

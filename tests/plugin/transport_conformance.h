@@ -16,14 +16,26 @@
 
 namespace rdv::plugin::conformance {
 
-// Loads `name`, or says why the test cannot run here: the verbs transport
-// needs an RDMA device (tests/softroce runs these inside a SoftRoCE guest,
-// with RDV_TEST_REQUIRE_RDMA=1 so that a missing device fails instead).
+// The plugin a parameter names: "ucx", or "ucx:memory=mapped" for the ucx
+// plugin with that setting.
+inline std::string PluginOf(const std::string& parameter) {
+  return parameter.substr(0, parameter.find(':'));
+}
+
+// Loads the plugin `parameter` names with its setting, or says why the
+// test cannot run here: the verbs transport needs an RDMA device
+// (tests/softroce runs these inside a SoftRoCE guest, with
+// RDV_TEST_REQUIRE_RDMA=1 so that a missing device fails instead).
 // RDV_TEST_PEER_IB_DEVICE puts the peer context on another device.
-inline std::shared_ptr<Transport> LoadOrSkip(const std::string& name, bool peer = false,
-                                      MessageHandler on_message = nullptr) {
+inline std::shared_ptr<Transport> LoadOrSkip(const std::string& parameter, bool peer = false,
+                                             MessageHandler on_message = nullptr) {
+  const std::string name = PluginOf(parameter);
   const char* peer_device = std::getenv("RDV_TEST_PEER_IB_DEVICE");
   TransportSettings settings;
+  if (const size_t colon = parameter.find(':'); colon != std::string::npos) {
+    const size_t equals = parameter.find('=', colon);
+    settings[parameter.substr(colon + 1, equals - colon - 1)] = parameter.substr(equals + 1);
+  }
   if (peer && peer_device != nullptr && name == "verbs") settings["device"] = peer_device;
   auto transport = Transport::Load(name, settings, std::move(on_message));
   if (!transport.ok() && absl::IsUnavailable(transport.status()) &&

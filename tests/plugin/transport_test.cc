@@ -2,7 +2,9 @@
 // cases (the ABI's contract) run against every transport plugin.
 #include "plugin/transport.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -74,7 +76,7 @@ TEST(TransportAbiTest, AV3PluginListsItsSettingsAndRefusesOthers) {
       EXPECT_EQ(setting.default_value, "auto");
     }
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"tls", "op", "progress", "spin_us"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"tls", "op", "progress", "spin_us", "memory"}));
   auto refused = Transport::Load("ucx", {{"colour", "blue"}});
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(refused.status().message(),
@@ -181,7 +183,7 @@ absl::StatusOr<GetBetween> PrepareGet(const Transport& a, const Transport& b, si
 
 TEST_P(TransportConformanceTest, LoadsAndDescribesItself) {
   RDV_LOAD_OR_SKIP(transport, GetParam());
-  EXPECT_EQ(transport->name(), GetParam());
+  EXPECT_EQ(transport->name(), PluginOf(GetParam()));
   EXPECT_FALSE(transport->description().empty());
   auto address = transport->LocalAddress();
   ASSERT_TRUE(address.ok()) << address.status();
@@ -225,6 +227,39 @@ TEST_P(TransportConformanceTest, PutMovesBytesBetweenTwoContexts) {
   RDV_LOAD_OR_SKIP(a, GetParam());
   RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true);
   MovesBytesBetweenTwoContexts(a, b, /*put=*/true);
+}
+
+// Gets and puts, one after the other, through one endpoint: the later ones
+// find its wireup done (UCX with memory `mapped` then copies through the
+// peer's mapped allocation).
+TEST_P(TransportConformanceTest, RepeatedTransfersOnOneEndpointMoveTheirBytes) {
+  RDV_LOAD_OR_SKIP(a, GetParam());
+  RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true);
+  const size_t length = (size_t{1} << 20) + 5;
+  absl::StatusOr<GetBetween> get = PrepareGet(*a, *b, length);
+  ASSERT_TRUE(get.ok()) << get.status();
+  for (int round = 0; round < 4; ++round) {
+    Fill(*get->source, round);
+    std::memset(get->destination->address(), 0, length);
+    Completion got;
+    get->Post(*b, got.Callback());
+    ASSERT_TRUE(got.Wait()) << "get " << round;
+    ASSERT_TRUE(got.status.ok()) << got.status;
+    EXPECT_NE(got.thread, std::this_thread::get_id()) << "get " << round;
+    EXPECT_EQ(std::memcmp(get->destination->address(), get->source->address(), length), 0)
+        << "get " << round;
+
+    Fill(*get->destination, round + 100);
+    Completion put;
+    b->Put(*get->endpoint, get->destination->address(), *get->destination,
+           reinterpret_cast<uint64_t>(get->source->address()), get->source->remote_key(), length,
+           put.Callback());
+    ASSERT_TRUE(put.Wait()) << "put " << round;
+    ASSERT_TRUE(put.status.ok()) << put.status;
+    EXPECT_NE(put.thread, std::this_thread::get_id()) << "put " << round;
+    EXPECT_EQ(std::memcmp(get->source->address(), get->destination->address(), length), 0)
+        << "put " << round;
+  }
 }
 
 TEST_P(TransportConformanceTest, ForgedRemoteKeyIsAnErrorNotACrash) {
@@ -391,9 +426,12 @@ TEST_P(TransportConformanceTest, TaggedSendMeetsItsRecv) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportConformanceTest,
-                         ::testing::Values("ucx", "ucx_abi_v2", "verbs"),
+                         ::testing::Values("ucx", "ucx:memory=mapped", "ucx_abi_v2", "verbs"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
-                           return param.param;
+                           std::string name = param.param;
+                           std::replace_if(name.begin(), name.end(),
+                                           [](char c) { return !std::isalnum(c); }, '_');
+                           return name;
                          });
 
 // A genuine key used beyond its region: the NIC refuses the READ, the QP
