@@ -308,7 +308,9 @@ absl::StatusOr<plugin::Registration> DataPlane::LocalMemory(const Tensor& destin
   }
   const plugin::TransportMemory* memory =
       allocator_->Find(destination.data(), destination.TotalBytes());
-  if (memory == nullptr) return absl::InternalError("the destination is not transport memory");
+  // Else the caller's own buffer (RendezvousArgs::landing), registered on
+  // first use and cached.
+  if (memory == nullptr) return registrations_.Lookup(destination.buffer());
   return plugin::Registration{memory, nullptr};
 }
 

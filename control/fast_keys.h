@@ -29,6 +29,9 @@ struct KnownFastKey {
   // The producer writes values into the destination a request names
   // (TensorMeta.fast_path_put), instead of sending them tagged.
   bool put = false;
+  // The producer holds values for the consumer to read, then release
+  // (TensorMeta.fast_path_get).
+  bool get = false;
 };
 
 class FastKeys {

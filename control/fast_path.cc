@@ -1,6 +1,7 @@
 #include "control/fast_path.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,10 @@ void FastPath::OnMessage(absl::string_view message) {
   if (*kind == FastKind::kRequest) {
     absl::StatusOr<FastRequest> request = DecodeFastRequest(message);
     return request.ok() ? OnRequest(*request) : Refuse(request.status());
+  }
+  if (*kind == FastKind::kRelease) {
+    absl::StatusOr<FastRelease> release = DecodeFastRelease(message);
+    return release.ok() ? OnRelease(*release) : Refuse(release.status());
   }
   if (*kind == FastKind::kWithdraw) {
     absl::StatusOr<FastWithdrawal> withdrawal = DecodeFastWithdrawal(message);
@@ -161,6 +166,19 @@ void FastPath::OnWithdrawal(const FastWithdrawal& withdrawal) {
   served->cancel.StartCancel();
 }
 
+void FastPath::OnRelease(const FastRelease& release) {
+  if (!tensors_.fast_key_ids().Find(release.key_id).has_value()) {
+    return Refuse(absl::NotFoundError("a release naming an unknown key id"));
+  }
+  ReleasedTransfer transfer;
+  transfer.set_step_id(release.step_id);
+  transfer.set_transfer_id(release.transfer_id);
+  transfer.set_length(release.bytes);
+  if (absl::Status released = env_.data_plane->Release(transfer); !released.ok()) {
+    Refuse(released);
+  }
+}
+
 void FastPath::RememberEarlyWithdrawal(const ServedId& id) {
   if (!early_withdrawals_.insert(id).second) return;
   early_withdrawal_order_.push_back(id);
@@ -188,11 +206,13 @@ void FastPath::Answer(const FastRequest& request, const FastKeyIds::Entry& entry
     return Notify(plane, entry.consumer_address,
                   FastNotice{id, FastNoticeKind::kChanged, 0, ""});
   }
+  const bool lend = !request.put && plane->transfer_op() == TRANSFER_OP_GET;
   RDV_LOG(Debug) << "fast path: request " << id << " answered by a "
-                 << (request.put ? "write" : "tagged send");
+                 << (request.put ? "write" : lend ? "readable notice" : "tagged send");
   env_.stats->Sent(SentPath::kFastPath, value.TotalBytes());
   const ConsumerWatcher consumer(*env_.worker_cache, env_.worker_name, key);
   if (request.put) return Write(request, entry.consumer_address, value, consumer);
+  if (lend) return Lend(request, entry, key, value, consumer);
   absl::StatusOr<TransportDescriptor> offered = plane->Offer(
       request.step_id, static_cast<int64_t>(id), value, entry.consumer_address, consumer,
       NotifyIfFailed(plane, entry.consumer_address, id, "tagged send"));
@@ -218,6 +238,36 @@ void FastPath::Write(const FastRequest& request, const std::string& consumer_add
       value, consumer_address, request.put_address, request.put_key, consumer,
       EncodeFastNotice(FastNotice{request.request_id, FastNoticeKind::kLanded, 0, ""}),
       NotifyIfFailed(plane, consumer_address, request.request_id, "write"));
+}
+
+void FastPath::Lend(const FastRequest& request, const FastKeyIds::Entry& entry,
+                    const ParsedKey& key, const Tensor& value, const ConsumerWatcher& consumer) {
+  DataPlane* const plane = env_.data_plane;
+  const uint64_t id = request.request_id;
+  if (value.TotalBytes() == 0) {
+    return Notify(plane, entry.consumer_address, FastNotice{id, FastNoticeKind::kLanded, 0, ""});
+  }
+  absl::StatusOr<TransportDescriptor> offered =
+      plane->Offer(request.step_id, static_cast<int64_t>(id), value, entry.consumer_address,
+                   consumer, [](absl::Status) {});
+  if (!offered.ok()) {
+    return Notify(plane, entry.consumer_address, Failed(id, "offer", offered.status()));
+  }
+  if (offered->remote_key().size() > kMaxPutKeyBytes) {
+    // Too long for a notice: the consumer fetches the value by RecvTensor.
+    ReleasedTransfer held;
+    held.set_step_id(request.step_id);
+    held.set_transfer_id(offered->transfer_id());
+    held.set_length(offered->length());
+    plane->Release(held).IgnoreError();
+    tensors_.HoldForFetch(request.step_id, static_cast<int64_t>(id), key, value, false);
+    return Notify(plane, entry.consumer_address, FastNotice{id, FastNoticeKind::kChanged, 0, ""});
+  }
+  FastNotice readable{id, FastNoticeKind::kReadable, 0, ""};
+  readable.transfer_id = offered->transfer_id();
+  readable.address = offered->address();
+  readable.remote_key = offered->remote_key();
+  Notify(plane, entry.consumer_address, std::move(readable));
 }
 
 plugin::TransportDone FastPath::NotifyIfFailed(DataPlane* data_plane,
@@ -309,12 +359,15 @@ void FastRecvCall::Start() {
     exposed = *std::move(exposure);
   }
   destination_ = *std::move(destination);
-  if (exposed != nullptr) {
+  {
     std::lock_guard lock(mu_);
     exposed_ = std::move(exposed);
+    if (known_.get) read_into_.emplace(destination_);
   }
   TransportDescriptor descriptor;
-  descriptor.set_op(known_.put ? TRANSFER_OP_PUT : TRANSFER_OP_TAG);
+  // A write (B) and a read (C) alike end when this side hears they are
+  // done: the Fetch of op put waits for Landed.
+  descriptor.set_op(known_.put || known_.get ? TRANSFER_OP_PUT : TRANSFER_OP_TAG);
   descriptor.set_transfer_id(request_id_);
   descriptor.set_length(destination_.TotalBytes());
   descriptor.set_producer_transport_address(known_.producer_transport_address);
@@ -398,6 +451,7 @@ void FastRecvCall::Abort(const absl::Status& status) {
 }
 
 void FastRecvCall::Told(const FastNotice& notice) {
+  if (notice.kind == FastNoticeKind::kReadable) return Read(notice);
   std::shared_ptr<SideTransfer> transfer;
   {
     std::lock_guard lock(mu_);
@@ -415,6 +469,46 @@ void FastRecvCall::Told(const FastNotice& notice) {
   }
   // No send will match the receive: it ends now, CANCELLED.
   if (transfer != nullptr) transfer->Cancel();
+}
+
+void FastRecvCall::Read(const FastNotice& notice) {
+  std::optional<Tensor> destination;
+  {
+    std::lock_guard lock(mu_);
+    destination.swap(read_into_);
+  }
+  DataPlane* const plane = data_plane_;
+  const uint64_t request_id = request_id_;
+  if (!destination.has_value()) {
+    RDV_LOG(Warning) << "fast path: a readable notice for Recv " << request_id
+                     << ", which reads nothing (now)";
+    return;
+  }
+  TransportDescriptor descriptor;
+  descriptor.set_op(TRANSFER_OP_GET);
+  descriptor.set_transfer_id(notice.transfer_id);
+  descriptor.set_length(destination->TotalBytes());
+  descriptor.set_address(notice.address);
+  descriptor.set_remote_key(notice.remote_key);
+  descriptor.set_producer_transport_address(known_.producer_transport_address);
+  const FastRelease release{known_.id, step_id_, notice.transfer_id, destination->TotalBytes()};
+  const std::string producer = known_.producer_transport_address;
+  std::weak_ptr<FastRecvCall> weak = weak_from_this();
+  // `destination` lives in the Fetch until the read ends, whatever ended
+  // the Recv meanwhile.
+  plane->Fetch(descriptor, *std::move(destination),
+               [plane, request_id, release, producer, weak](absl::Status read) {
+                 plane->SendMessage(producer, EncodeFastRelease(release), [](absl::Status sent) {
+                   // The producer frees it at the step's cleanup instead.
+                   if (!sent.ok()) RDV_LOG(Debug) << "fast path: a release was not sent: " << sent;
+                 });
+                 if (read.ok()) {
+                   plane->Landed(request_id);
+                 } else if (std::shared_ptr<FastRecvCall> self = weak.lock()) {
+                   self->Abort(absl::Status(read.code(), absl::StrCat("the fast-path read: ",
+                                                                      read.message())));
+                 }
+               });
 }
 
 void FastRecvCall::Unregister() {
@@ -437,12 +531,10 @@ void FastRecvCall::TransferDone(absl::Status status) {
     // The producer's access to the destination ends before the Recv does.
     exposed_.reset();
   }
-  if (!ended_by.ok()) {
-    destination_ = Tensor();
-    return Complete(ended_by, Tensor(), false);
-  }
-  if (status.ok()) return Complete(absl::OkStatus(), std::move(destination_), false);
-  destination_ = Tensor();
+  // Taken whole: the Recv's result, or let go.
+  Tensor destination(std::move(destination_));
+  if (!ended_by.ok()) return Complete(ended_by, Tensor(), false);
+  if (status.ok()) return Complete(absl::OkStatus(), std::move(destination), false);
   if (dead) return Complete(absl::OkStatus(), Tensor(), true);
   if (changed || slow) return FetchBySlowPath(changed);
   Complete(std::move(status), Tensor(), false);

@@ -22,7 +22,9 @@
 //      status).
 // A producer that sends tagged (UCX over shared memory or tcp) answers by
 // A, unless RDV_FAST_PATH_WRITES; one that is read from (verbs, UCX over
-// RDMA) by B. B's registration ends with the transfer, which revokes the
+// RDMA) by B, or with RDV_FAST_PATH_READS by C: it holds the value and
+// sends a readable notice {transfer, address, remote key}; the consumer
+// reads it into the destination (a get), then sends a release. B's registration ends with the transfer, which revokes the
 // producer's access where the transport can (verbs, UCX over RDMA).
 // A producer keeps at most kMaxWaitingRequests requests waiting for values;
 // past that it answers "slow path", and the Recv asks by RecvTensor as if
@@ -52,6 +54,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -126,6 +129,7 @@ class FastPath {
   void OnRequest(const FastRequest& request);
   void OnWithdrawal(const FastWithdrawal& withdrawal);
   void OnNotice(const FastNotice& notice);
+  void OnRelease(const FastRelease& release);
   // A request waiting for its value at the producer, by (key id, step,
   // request id): the id makes a withdrawal the key's consumer's only.
   using ServedId = std::tuple<uint64_t, int64_t, uint64_t>;
@@ -150,6 +154,10 @@ class FastPath {
   // sends the consumer a landed notice (or a failed one).
   void Write(const FastRequest& request, const std::string& consumer_address,
              const Tensor& value, const ConsumerWatcher& consumer);
+  // Design C: holds `value` for the consumer and tells it where to read
+  // it; the consumer's release (or the step's cleanup) lets it go.
+  void Lend(const FastRequest& request, const FastKeyIds::Entry& entry, const ParsedKey& key,
+            const Tensor& value, const ConsumerWatcher& consumer);
   // The notice that fails request `request_id` with `status`, from the
   // producer's `what`.
   static FastNotice Failed(uint64_t request_id, absl::string_view what,
@@ -194,6 +202,9 @@ class FastRecvCall final : public AbortableCall,
   void Cancel(const absl::Status& status) override;
   // The producer's notice (on the progress thread).
   void Told(const FastNotice& notice);
+  // Design C: reads the value the readable notice names into the
+  // destination, releases it at the producer, and ends the transfer.
+  void Read(const FastNotice& notice);
 
  private:
   // The request for the destination; `put_key` reaches it (design B).
@@ -234,6 +245,8 @@ class FastRecvCall final : public AbortableCall,
   // The destination as the producer may write it (design B), until the
   // transfer ends.
   std::unique_ptr<plugin::TransportMemory> exposed_;  // mu_
+  // The destination design C reads into, until the readable notice.
+  std::optional<Tensor> read_into_;  // mu_
 };
 
 }  // namespace rdv::control

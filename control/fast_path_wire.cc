@@ -45,6 +45,18 @@ struct NoticeWire {
   uint16_t text_length;
   int32_t code;
   char text[kMaxNoticeText];
+  uint64_t transfer_id;
+  uint64_t address;
+  uint32_t key_length;  // the key's bytes follow the struct
+  uint32_t reserved;
+};
+
+struct ReleaseWire {
+  Header header;
+  uint64_t key_id;
+  int64_t step_id;
+  uint64_t transfer_id;
+  uint64_t bytes;
 };
 
 Header HeaderOf(FastKind kind) {
@@ -115,6 +127,19 @@ std::string EncodeFastNotice(const FastNotice& notice) {
   wire.code = notice.code;
   wire.text_length = static_cast<uint16_t>(std::min(notice.message.size(), kMaxNoticeText));
   std::memcpy(wire.text, notice.message.data(), wire.text_length);
+  wire.transfer_id = notice.transfer_id;
+  wire.address = notice.address;
+  wire.key_length = static_cast<uint32_t>(notice.remote_key.size());
+  return Bytes(wire) + notice.remote_key;
+}
+
+std::string EncodeFastRelease(const FastRelease& release) {
+  ReleaseWire wire{};
+  wire.header = HeaderOf(FastKind::kRelease);
+  wire.key_id = release.key_id;
+  wire.step_id = release.step_id;
+  wire.transfer_id = release.transfer_id;
+  wire.bytes = release.bytes;
   return Bytes(wire);
 }
 
@@ -140,7 +165,7 @@ absl::StatusOr<FastKind> PeekFastKind(absl::string_view message) {
                                                    kFastPathVersion));
   }
   if (header.kind < static_cast<uint16_t>(FastKind::kRequest) ||
-      header.kind > static_cast<uint16_t>(FastKind::kWithdraw)) {
+      header.kind > static_cast<uint16_t>(FastKind::kRelease)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a fast-path message of unknown kind ", header.kind));
   }
@@ -185,12 +210,17 @@ absl::StatusOr<FastWithdrawal> DecodeFastWithdrawal(absl::string_view message) {
 }
 
 absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message) {
-  absl::StatusOr<NoticeWire> wire = Read<NoticeWire>(message, FastKind::kNotice);
+  absl::StatusOr<NoticeWire> wire = Read<NoticeWire>(
+      message, FastKind::kNotice, [](const NoticeWire& w) { return size_t{w.key_length}; });
   if (!wire.ok()) return wire.status();
   if (wire->kind < static_cast<uint16_t>(FastNoticeKind::kDead) ||
-      wire->kind > static_cast<uint16_t>(FastNoticeKind::kLanded) ||
+      wire->kind > static_cast<uint16_t>(FastNoticeKind::kReadable) ||
       wire->text_length > kMaxNoticeText) {
     return absl::InvalidArgumentError("a fast-path notice of unknown kind or length");
+  }
+  if (wire->key_length > kMaxPutKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a fast-path notice with a remote key of ", wire->key_length, " bytes"));
   }
   FastNotice notice;
   notice.request_id = wire->request_id;
@@ -198,7 +228,17 @@ absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message) {
   // A failure says why with a code of absl's; anything else is UNKNOWN.
   notice.code = wire->code > 0 && wire->code <= 16 ? wire->code : 2;
   notice.message.assign(wire->text, wire->text_length);
+  notice.transfer_id = wire->transfer_id;
+  notice.address = wire->address;
+  const absl::string_view key = message.substr(sizeof(NoticeWire));
+  notice.remote_key.assign(key.data(), key.size());
   return notice;
+}
+
+absl::StatusOr<FastRelease> DecodeFastRelease(absl::string_view message) {
+  absl::StatusOr<ReleaseWire> wire = Read<ReleaseWire>(message, FastKind::kRelease);
+  if (!wire.ok()) return wire.status();
+  return FastRelease{wire->key_id, wire->step_id, wire->transfer_id, wire->bytes};
 }
 
 }  // namespace rdv::control

@@ -2,7 +2,8 @@
 // transport (plugin ABI v3 messages): a consumer's request for the next
 // value of a key it received before, its withdrawal of a request it no
 // longer waits for, and a producer's notice when that value cannot come as
-// the consumer expects it. Fixed-size, little-endian
+// the consumer expects it, or is there to be read; and the consumer's
+// release of a value it read. Fixed-size, little-endian
 // as the host (workers of one cluster share an architecture, as the data
 // plane's blobs already assume). Anything that arrives is untrusted until
 // Decode* has checked its size, magic, version, kind and bounds.
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -17,13 +19,14 @@
 namespace rdv::control {
 
 inline constexpr uint32_t kFastPathMagic = 0x46564452;  // "RDVF"
-inline constexpr uint16_t kFastPathVersion = 3;
+inline constexpr uint16_t kFastPathVersion = 4;
 inline constexpr int kFastPathMaxDims = 8;
 
 enum class FastKind : uint16_t {
   kRequest = 1,  // consumer -> producer
   kNotice = 2,   // producer -> consumer
   kWithdraw = 3, // consumer -> producer
+  kRelease = 4,  // consumer -> producer
 };
 
 // What the producer says instead of sending the bytes.
@@ -34,9 +37,11 @@ enum class FastNoticeKind : uint16_t {
   kWithdrawn = 4,  // the request was withdrawn before it took a value
   kSlowPath = 5,   // too many requests wait here: ask by RecvTensor instead
   kLanded = 6,     // the value was written into the destination the request named
+  kReadable = 7,   // the value is held for the consumer to read (then release)
 };
 
-// The longest remote key a request may carry for the producer's write.
+// The longest remote key a request (for the producer's write) or a
+// readable notice (for the consumer's read) may carry.
 inline constexpr size_t kMaxPutKeyBytes = 512;
 
 // "Send me the next value of the key you gave me `key_id` for, in step
@@ -64,22 +69,42 @@ struct FastWithdrawal {
   uint64_t request_id = 0;
 };
 
+// "I am done reading transfer `transfer_id` (`bytes` bytes) of the key you
+// gave me `key_id` for, in step `step_id`: let it go."
+struct FastRelease {
+  uint64_t key_id = 0;
+  int64_t step_id = 0;
+  uint64_t transfer_id = 0;
+  uint64_t bytes = 0;
+};
+
 struct FastNotice {
+  FastNotice() = default;
+  FastNotice(uint64_t request, FastNoticeKind notice_kind, int32_t status_code, std::string text)
+      : request_id(request), kind(notice_kind), code(status_code), message(std::move(text)) {}
+
   uint64_t request_id = 0;
   FastNoticeKind kind = FastNoticeKind::kFailed;
   int32_t code = 0;       // absl::StatusCode, for kFailed
   std::string message;    // for kFailed; at most kMaxNoticeText bytes travel
+  // For kReadable: the held transfer to read and release, where it is and
+  // its remote key (at most kMaxPutKeyBytes).
+  uint64_t transfer_id = 0;
+  uint64_t address = 0;
+  std::string remote_key;
 };
 inline constexpr size_t kMaxNoticeText = 400;
 
 std::string EncodeFastRequest(const FastRequest& request);
 std::string EncodeFastWithdrawal(const FastWithdrawal& withdrawal);
 std::string EncodeFastNotice(const FastNotice& notice);
+std::string EncodeFastRelease(const FastRelease& release);
 
 // The kind of a message, or INVALID_ARGUMENT naming what is wrong with it.
 absl::StatusOr<FastKind> PeekFastKind(absl::string_view message);
 absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message);
 absl::StatusOr<FastWithdrawal> DecodeFastWithdrawal(absl::string_view message);
 absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message);
+absl::StatusOr<FastRelease> DecodeFastRelease(absl::string_view message);
 
 }  // namespace rdv::control

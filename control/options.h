@@ -50,6 +50,13 @@ struct ControlOptions {
   // two designs (docs/fast_path.md). Producers that read (verbs, UCX over
   // RDMA) always write. RDV_FAST_PATH_WRITES (0 or 1).
   bool fast_path_writes = false;
+  // This worker, as a producer whose transport is read from (op get),
+  // answers fast requests by holding the value and telling the consumer
+  // where to read it (design C), which then releases it, instead of
+  // writing it. Made for UCX's mapped pool over shared memory
+  // (RDV_UCX_MEMORY=mapped, RDV_UCX_OP=get), where the read is one copy.
+  // RDV_FAST_PATH_READS (0 or 1).
+  bool fast_path_reads = false;
 
   // `defaults` overridden by the environment; INVALID_ARGUMENT naming the
   // variable when a value does not parse or is out of range.

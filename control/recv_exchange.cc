@@ -254,7 +254,8 @@ void RecvExchange::LearnFastKey(WorkerClient& worker, const Tensor& tensor) cons
   const TensorMeta& meta = decoder_->meta();
   if (meta.fast_path_key() == 0 || meta.is_dead() || !destination_.is_host()) return;
   worker.fast_keys.Learn(key_, KnownFastKey{meta.fast_path_key(), tensor.dtype(), tensor.shape(),
-                                            meta.fast_path_address(), meta.fast_path_put()});
+                                            meta.fast_path_address(), meta.fast_path_put(),
+                                            meta.fast_path_get()});
 }
 
 void RecvExchange::MoveToDestination(Tensor tensor, bool is_dead) {

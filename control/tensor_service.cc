@@ -194,7 +194,8 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
   // plane that sends, or whose transport puts): its later Recvs of the key
   // ask through the data plane's messages (control/fast_path.h). A
   // producer that sends answers by a tagged send unless told to write
-  // (RDV_FAST_PATH_WRITES); one that is read from always writes.
+  // (RDV_FAST_PATH_WRITES); one that is read from writes, or with
+  // RDV_FAST_PATH_READS holds the value for the consumer to read.
   void OfferFastPath(const Tensor& value, bool is_dead) {
     const DataPlane* plane = service_->env_.data_plane;
     const ControlOptions& options = service_->env_.options;
@@ -209,7 +210,9 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     meta_.set_fast_path_key(service_->fast_key_ids_.Intern(
         request_.rendezvous_key(), request_.consumer_transport_address()));
     meta_.set_fast_path_address(plane->local_address());
-    meta_.set_fast_path_put(puts && (!sends || options.fast_path_writes));
+    const bool reads = !sends && options.fast_path_reads;
+    meta_.set_fast_path_put(puts && !reads && (!sends || options.fast_path_writes));
+    meta_.set_fast_path_get(reads);
   }
 
   std::shared_ptr<TagSend> PostedTagSend() {

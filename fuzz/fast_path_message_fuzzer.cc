@@ -26,6 +26,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
   }
+  if (absl::StatusOr<FastRelease> release = DecodeFastRelease(message); release.ok()) {
+    absl::StatusOr<FastRelease> again = DecodeFastRelease(EncodeFastRelease(*release));
+    if (!again.ok() || again->key_id != release->key_id || again->step_id != release->step_id ||
+        again->transfer_id != release->transfer_id || again->bytes != release->bytes) {
+      std::abort();
+    }
+  }
   if (absl::StatusOr<FastWithdrawal> withdrawal = DecodeFastWithdrawal(message); withdrawal.ok()) {
     absl::StatusOr<FastWithdrawal> again = DecodeFastWithdrawal(EncodeFastWithdrawal(*withdrawal));
     if (!again.ok() || again->key_id != withdrawal->key_id ||
@@ -38,7 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
     absl::StatusOr<FastNotice> again = DecodeFastNotice(EncodeFastNotice(*notice));
-    if (!again.ok() || again->message != notice->message || again->kind != notice->kind) {
+    if (!again.ok() || again->message != notice->message || again->kind != notice->kind ||
+        again->remote_key != notice->remote_key) {
       std::abort();
     }
   }

@@ -22,6 +22,8 @@ struct ProtocolSetting {
   const char* ucx_op = nullptr;  // RDV_UCX_OP, or null
   bool fast_path = false;        // RDV_FAST_PATH on both workers
   bool fast_path_writes = false;  // RDV_FAST_PATH_WRITES on both workers
+  bool fast_path_reads = false;   // RDV_FAST_PATH_READS on both workers
+  const char* ucx_memory = nullptr;  // RDV_UCX_MEMORY, or null
 };
 
 // ctest lists each case under the setting's name.
@@ -52,6 +54,10 @@ inline std::vector<ProtocolSetting> ConformanceSettings() {
       // write.
       ProtocolSetting{"grpc_ucx_shm_fast_write", "grpc+ucx", "posix,cma,self", false, nullptr,
                       true, true},
+      // Design C: the consumer reads the value from the producer's mapped
+      // pool, then releases it (RDV_FAST_PATH_READS, RDV_UCX_MEMORY=mapped).
+      ProtocolSetting{"grpc_ucx_shm_fast_read", "grpc+ucx", "posix,cma,self", false, "get",
+                      true, false, true, "mapped"},
       ProtocolSetting{"grpc_verbs_fast", "grpc+verbs", nullptr, true, nullptr, true},
       ProtocolSetting{"grpc_ucx_rdma_fast", "grpc+ucx", "rc_verbs,ud_verbs", true, nullptr, true},
   };

@@ -97,7 +97,7 @@ TEST(FastPathWireTest, AnythingElseIsRefusedWithAReason) {
   std::string bytes = EncodeFastRequest(request);
   EXPECT_TRUE(absl::StrContains(PeekFastKind("RDV").status().message(), "too short"));
   std::string unknown_kind = bytes;
-  unknown_kind[6] = 4;
+  unknown_kind[6] = 5;
   EXPECT_TRUE(absl::StrContains(PeekFastKind(unknown_kind).status().message(), "unknown kind"));
   std::string wrong_magic = bytes;
   wrong_magic[0] = 'X';
@@ -120,6 +120,34 @@ TEST(FastPathWireTest, AnythingElseIsRefusedWithAReason) {
   notice.kind = FastNoticeKind::kFailed;
   notice.code = 0;  // not a failure's code
   EXPECT_EQ(DecodeFastNotice(EncodeFastNotice(notice))->code, 2);
+  notice.kind = FastNoticeKind::kReadable;
+  notice.remote_key = std::string(kMaxPutKeyBytes + 1, 'k');
+  EXPECT_TRUE(absl::StrContains(DecodeFastNotice(EncodeFastNotice(notice)).status().message(),
+                                "remote key"));
+  std::string release = EncodeFastRelease({1, 2, 3, 4});
+  release.pop_back();
+  EXPECT_FALSE(DecodeFastRelease(release).ok());
+}
+
+TEST(FastPathWireTest, AReadableNoticeAndAReleaseSurviveTheWire) {
+  FastNotice readable(9, FastNoticeKind::kReadable, 0, "");
+  readable.transfer_id = 77;
+  readable.address = 0x7f0000001000;
+  readable.remote_key = "sealed key bytes";
+  absl::StatusOr<FastNotice> notice = DecodeFastNotice(EncodeFastNotice(readable));
+  ASSERT_TRUE(notice.ok()) << notice.status();
+  EXPECT_EQ(notice->request_id, 9u);
+  EXPECT_EQ(notice->kind, FastNoticeKind::kReadable);
+  EXPECT_EQ(notice->transfer_id, 77u);
+  EXPECT_EQ(notice->address, readable.address);
+  EXPECT_EQ(notice->remote_key, readable.remote_key);
+  absl::StatusOr<FastRelease> release = DecodeFastRelease(EncodeFastRelease({5, -6, 7, 8}));
+  ASSERT_TRUE(release.ok()) << release.status();
+  EXPECT_EQ(release->key_id, 5u);
+  EXPECT_EQ(release->step_id, -6);
+  EXPECT_EQ(release->transfer_id, 7u);
+  EXPECT_EQ(release->bytes, 8u);
+  EXPECT_EQ(PeekFastKind(EncodeFastRelease({})).value(), FastKind::kRelease);
 }
 
 }  // namespace

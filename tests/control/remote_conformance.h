@@ -113,6 +113,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     options.data_plane.transport_settings = TransportSettingsOf(GetParam());
     options.control.fast_path = GetParam().fast_path;
     options.control.fast_path_writes = GetParam().fast_path_writes;
+    options.control.fast_path_reads = GetParam().fast_path_reads;
     // The door the environment sets up (tests/control/CMakeLists.txt runs
     // the suite once more with TLS and a token), for the producer too.
     absl::StatusOr<SecurityOptions> security = SecurityOptions::FromEnvironment();
@@ -161,6 +162,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     if (!absl::StrContains(setting.protocol, "ucx")) return {};
     plugin::TransportSettings settings{{"tls", setting.ucx_tls ? setting.ucx_tls : "all"}};
     if (setting.ucx_op != nullptr) settings["op"] = setting.ucx_op;
+    if (setting.ucx_memory != nullptr) settings["memory"] = setting.ucx_memory;
     return settings;
   }
 
@@ -184,6 +186,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     const ProtocolSetting& setting = GetParam();
     env.emplace_back("RDV_FAST_PATH", setting.fast_path ? "1" : "0");
     env.emplace_back("RDV_FAST_PATH_WRITES", setting.fast_path_writes ? "1" : "0");
+    env.emplace_back("RDV_FAST_PATH_READS", setting.fast_path_reads ? "1" : "0");
     if (!setting.needs_rdma) return env;
     if (setting.ucx_tls != nullptr) env.emplace_back("UCX_UD_VERBS_ETH_DGID_CHECK", "n");
     if (const char* peer = std::getenv("RDV_TEST_PEER_IB_DEVICE")) {

@@ -278,7 +278,9 @@ TEST_P(RemoteFastPathTest, FastPathForgedMessagesAreRefusedAndCounted) {
       EncodeFastNotice({0xbad, FastNoticeKind::kLanded, 0, ""}),
       EncodeFastNotice({0xbad, FastNoticeKind::kFailed, 10, "forged"}),
       EncodeFastRequest(request),
-      EncodeFastWithdrawal({0x5eed, 77, 1})};
+      EncodeFastWithdrawal({0x5eed, 77, 1}),
+      EncodeFastNotice({0xbad, FastNoticeKind::kReadable, 0, ""}),
+      EncodeFastRelease({0x5eed, 77, 1, 64})};
   const int64_t refused_before = consumer_->fast_path()->refused();
   for (const std::string& message : forged) {
     Notification sent;
