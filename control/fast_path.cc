@@ -365,7 +365,7 @@ void FastRecvCall::Start() {
     if (known_.get) read_into_.emplace(destination_);
   }
   TransportDescriptor descriptor;
-  // A write (B) and a read (C) alike end when this side hears they are
+  // A write (B) and a read (D) alike end when this side hears they are
   // done: the Fetch of op put waits for Landed.
   descriptor.set_op(known_.put || known_.get ? TRANSFER_OP_PUT : TRANSFER_OP_TAG);
   descriptor.set_transfer_id(request_id_);

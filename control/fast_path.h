@@ -22,7 +22,7 @@
 //      status).
 // A producer that sends tagged (UCX over shared memory or tcp) answers by
 // A, unless RDV_FAST_PATH_WRITES; one that is read from (verbs, UCX over
-// RDMA) by B, or with RDV_FAST_PATH_READS by C: it holds the value and
+// RDMA) by B, or with RDV_FAST_PATH_READS by D: it holds the value and
 // sends a readable notice {transfer, address, remote key}; the consumer
 // reads it into the destination (a get), then sends a release. B's registration ends with the transfer, which revokes the
 // producer's access where the transport can (verbs, UCX over RDMA).
@@ -154,7 +154,7 @@ class FastPath {
   // sends the consumer a landed notice (or a failed one).
   void Write(const FastRequest& request, const std::string& consumer_address,
              const Tensor& value, const ConsumerWatcher& consumer);
-  // Design C: holds `value` for the consumer and tells it where to read
+  // Design D: holds `value` for the consumer and tells it where to read
   // it; the consumer's release (or the step's cleanup) lets it go.
   void Lend(const FastRequest& request, const FastKeyIds::Entry& entry, const ParsedKey& key,
             const Tensor& value, const ConsumerWatcher& consumer);
@@ -202,7 +202,7 @@ class FastRecvCall final : public AbortableCall,
   void Cancel(const absl::Status& status) override;
   // The producer's notice (on the progress thread).
   void Told(const FastNotice& notice);
-  // Design C: reads the value the readable notice names into the
+  // Design D: reads the value the readable notice names into the
   // destination, releases it at the producer, and ends the transfer.
   void Read(const FastNotice& notice);
 
@@ -245,7 +245,7 @@ class FastRecvCall final : public AbortableCall,
   // The destination as the producer may write it (design B), until the
   // transfer ends.
   std::unique_ptr<plugin::TransportMemory> exposed_;  // mu_
-  // The destination design C reads into, until the readable notice.
+  // The destination design D reads into, until the readable notice.
   std::optional<Tensor> read_into_;  // mu_
 };
 

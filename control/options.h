@@ -52,7 +52,7 @@ struct ControlOptions {
   bool fast_path_writes = false;
   // This worker, as a producer whose transport is read from (op get),
   // answers fast requests by holding the value and telling the consumer
-  // where to read it (design C), which then releases it, instead of
+  // where to read it (design D), which then releases it, instead of
   // writing it. Made for UCX's mapped pool over shared memory
   // (RDV_UCX_MEMORY=mapped, RDV_UCX_OP=get), where the read is one copy.
   // RDV_FAST_PATH_READS (0 or 1).

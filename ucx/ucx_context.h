@@ -154,6 +154,15 @@ struct Context {
   }
 };
 
+// What MemPack seals: the region the key reaches, then UCX's packed key. A
+// get or put outside the region is refused before UCX sees it (UCX would
+// serve it at any address: a crash of the producer over shared memory or
+// tcp, or of the consumer copying through a mapping).
+struct KeyRegion {
+  uint64_t address;
+  uint64_t length;
+};
+
 // Unpacked remote keys of one endpoint, kept: unpacking a shared-memory key
 // attaches the peer's segment, and attaching it anew for every transfer
 // costs a page fault per page. Bounded; the oldest key goes first.

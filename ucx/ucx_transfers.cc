@@ -148,13 +148,25 @@ int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_addres
             const void* remote_key, size_t remote_key_length, size_t length,
             rdv_transport_completion_fn done, void* user, rdv_transport_error_t* error) {
   auto* endpoint = reinterpret_cast<Endpoint*>(handle);
-  size_t key_length = 0;
-  const void* key = Unseal(remote_key, remote_key_length, &key_length);
-  if (key == nullptr) {
+  size_t blob_length = 0;
+  const void* blob = Unseal(remote_key, remote_key_length, &blob_length);
+  if (blob == nullptr || blob_length <= sizeof(KeyRegion)) {
     return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
                     "the peer's memory descriptor is not a UCX key packed by rdv (%zu bytes, "
                     "truncated or corrupted)", remote_key_length);
   }
+  KeyRegion region;
+  std::memcpy(&region, blob, sizeof(region));
+  if (remote_address < region.address || length > region.length ||
+      remote_address - region.address > region.length - length) {
+    return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
+                    "%zu bytes at 0x%llx are outside the %llu bytes at 0x%llx the peer's key "
+                    "reaches", length, static_cast<unsigned long long>(remote_address),
+                    static_cast<unsigned long long>(region.length),
+                    static_cast<unsigned long long>(region.address));
+  }
+  const void* key = static_cast<const char*>(blob) + sizeof(KeyRegion);
+  const size_t key_length = blob_length - sizeof(KeyRegion);
   std::lock_guard lock(endpoint->use_mu);
   if (endpoint->ep == nullptr) return Aborted(error);
   ucp_rkey_h rkey = nullptr;

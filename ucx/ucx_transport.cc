@@ -392,12 +392,19 @@ void MemRelease(rdv_transport_memory_t handle) {
 int MemPack(rdv_transport_memory_t handle, void* buffer, size_t* length,
             rdv_transport_error_t* error) {
   auto* memory = reinterpret_cast<Memory*>(handle);
+  ucp_mem_attr_t attributes{};
+  attributes.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  ucs_status_t status = ucp_mem_query(memory->memh, &attributes);
+  if (status != UCS_OK) return UcxError(error, status, "ucp_mem_query");
   void* key = nullptr;
   size_t size = 0;
-  const ucs_status_t status = ucp_rkey_pack(memory->context->ucp, memory->memh, &key, &size);
+  status = ucp_rkey_pack(memory->context->ucp, memory->memh, &key, &size);
   if (status != UCS_OK) return UcxError(error, status, "ucp_rkey_pack");
-  const std::string packed = Seal(key, size);
+  const KeyRegion region{reinterpret_cast<uint64_t>(attributes.address), attributes.length};
+  std::string blob(reinterpret_cast<const char*>(&region), sizeof(region));
+  blob.append(static_cast<const char*>(key), size);
   ucp_rkey_buffer_release(key);
+  const std::string packed = Seal(blob.data(), blob.size());
   return CopyOut(packed.data(), packed.size(), buffer, length, error);
 }
 

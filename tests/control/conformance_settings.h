@@ -54,7 +54,7 @@ inline std::vector<ProtocolSetting> ConformanceSettings() {
       // write.
       ProtocolSetting{"grpc_ucx_shm_fast_write", "grpc+ucx", "posix,cma,self", false, nullptr,
                       true, true},
-      // Design C: the consumer reads the value from the producer's mapped
+      // Design D: the consumer reads the value from the producer's mapped
       // pool, then releases it (RDV_FAST_PATH_READS, RDV_UCX_MEMORY=mapped).
       ProtocolSetting{"grpc_ucx_shm_fast_read", "grpc+ucx", "posix,cma,self", false, "get",
                       true, false, true, "mapped"},

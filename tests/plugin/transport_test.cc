@@ -229,6 +229,40 @@ TEST_P(TransportConformanceTest, PutMovesBytesBetweenTwoContexts) {
   MovesBytesBetweenTwoContexts(a, b, /*put=*/true);
 }
 
+// A get and a put that reach past the region a key covers fail (refused
+// before they start, or by the NIC), crash nobody, and a new endpoint
+// moves the next transfer.
+TEST_P(TransportConformanceTest, TransfersPastTheKeysRegionFail) {
+  RDV_LOAD_OR_SKIP(a, GetParam());
+  RDV_LOAD_OR_SKIP(b, GetParam(), /*peer=*/true);
+  const size_t length = 64 << 10;
+  absl::StatusOr<GetBetween> get = PrepareGet(*a, *b, length);
+  ASSERT_TRUE(get.ok()) << get.status();
+  const uint64_t past = reinterpret_cast<uint64_t>(get->source->address()) + 4096;
+  Completion got;
+  b->Get(*get->endpoint, get->destination->address(), *get->destination, past,
+         get->source->remote_key(), length, got.Callback());
+  ASSERT_TRUE(got.Wait());
+  EXPECT_FALSE(got.status.ok()) << "a get past the key's region";
+  Completion put;
+  b->Put(*get->endpoint, get->destination->address(), *get->destination, past,
+         get->source->remote_key(), length, put.Callback());
+  ASSERT_TRUE(put.Wait());
+  EXPECT_FALSE(put.status.ok()) << "a put past the key's region";
+
+  absl::StatusOr<std::string> address = a->LocalAddress();
+  ASSERT_TRUE(address.ok()) << address.status();
+  absl::StatusOr<std::unique_ptr<TransportEndpoint>> fresh = b->Connect(*address);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  get->endpoint = *std::move(fresh);
+  Fill(*get->source, 3);
+  Completion again;
+  get->Post(*b, again.Callback());
+  ASSERT_TRUE(again.Wait());
+  ASSERT_TRUE(again.status.ok()) << again.status;
+  EXPECT_EQ(std::memcmp(get->destination->address(), get->source->address(), length), 0);
+}
+
 // Gets and puts, one after the other, through one endpoint: the later ones
 // find its wireup done (UCX with memory `mapped` then copies through the
 // peer's mapped allocation).
