@@ -9,7 +9,11 @@ namespace rdv::control {
 uint64_t HeldTransfers::Hold(int64_t step_id, Tensor tensor,
                              std::shared_ptr<const void> keepalive,
                              const ConsumerWatcher& consumer) {
-  const uint64_t id = next_transfer_id_.fetch_add(1);
+  uint64_t id = 0;
+  {
+    std::lock_guard lock(random_mu_);
+    while (id == 0) id = absl::Uniform<uint64_t>(random_);
+  }
   held_.Insert(id, Held{step_id, std::move(tensor), std::move(keepalive)}, consumer);
   return id;
 }
