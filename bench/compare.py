@@ -7,7 +7,9 @@ machine's moods: rdv:grpc and the raw gRPC reference (a bytes payload in a
 unary call on a channel with the same settings); for each UCX_TLS setting,
 rdv:grpc+ucx with recurring keys (every Recv the next value of one key, a
 training loop's steady state) and with first-time keys (every Recv of a new
-key), and ucx_perftest (put, get and tag bandwidth, tag latency);
+key), and ucx_perftest (put, get and tag bandwidth, tag latency); over
+shared memory also the fast path's opt-in design D (recurring keys read
+from the producer's mapped pool, reported without a verdict);
 rdv:grpc+verbs when an RDMA device is present. Apart, at 64 B: the
 recurring Recv's p50 latency with the UCX progress thread in its default
 mode (wait) and polling, beside the raw gRPC round trip and ucx_perftest's
@@ -62,6 +64,12 @@ BANDWIDTH_TARGETS = (
 # reported beside it: two spinning progress threads and the callers share
 # a small machine's cores, so it is not the faster mode everywhere.
 LATENCY = "@latency"
+# The fast path's design D, opt-in (docs/fast_path.md): over shared memory
+# the consumer reads each value from the producer's mapped pool. Measured
+# beside the default with recurring keys; reported, no verdict (the bars
+# apply to the defaults).
+MAPPED_READS = {"RDV_UCX_MEMORY": "mapped", "RDV_UCX_OP": "get", "RDV_FAST_PATH_READS": "1"}
+SHARED_MEMORY_TLS = {"posix", "sysv", "sm", "shm", "mm", "cma", "self"}
 LATENCY_SIZE = 64
 TARGET_LATENCY_VS_RAW = 0.2
 PROGRESS_MODES = ("wait", "poll")
@@ -125,6 +133,14 @@ def run_rdv_bench(rdv_bench, sizes, protocol, env, subject="rdv", keys="recurrin
         return json.load(open(out.name))
 
 
+def shared_memory_only(tls):
+    return set(tls.split(",")) <= SHARED_MEMORY_TLS
+
+
+def mapped_reads_label(tls):
+    return f"UCX_TLS={tls} " + " ".join(f"{k}={v}" for k, v in MAPPED_READS.items())
+
+
 @contextlib.contextmanager
 def ucx_tls(tls):
     """UCX_TLS=tls for the ucx_perftest runs inside, then as it was."""
@@ -164,6 +180,11 @@ def measure(args, sizes, settings, results):
                                          cpus=args.bandwidth_cpus):
                     results.add(subject, label, row["size_bytes"], row["bw_GBps_avg"],
                                 row["lat_us_p50"], row["lat_us_p99"])
+            if shared_memory_only(tls):
+                for row in run_rdv_bench(args.rdv_bench, sizes, "grpc+ucx",
+                                         dict(env, **MAPPED_READS), cpus=args.bandwidth_cpus):
+                    results.add("rdv:grpc+ucx", mapped_reads_label(tls), row["size_bytes"],
+                                row["bw_GBps_avg"], row["lat_us_p50"], row["lat_us_p99"])
             with ucx_tls(tls):
                 for size in sizes:
                     for test in PERFTEST_BW:
@@ -289,6 +310,7 @@ def report(results, sizes, settings):
             print(f"{size:>10}  {p50:14.1f}  {p50_first:10.1f}  {p50 / p50_first:6.2f}  "
                   f"{results.median('rdv:grpc+ucx', label, size):15.3f}  "
                   f"{results.median(first, label, size):11.3f}")
+    report_mapped_reads(results, sizes, settings)
     missed += report_latency(results, settings)
     verbs = [key for key in results.bw if key[0] == "rdv:grpc+verbs"]
     if verbs:
@@ -324,6 +346,21 @@ def plot(results, path):
               f"set title '{title}'; plot {plots}")
     if subprocess.run(["gnuplot", "-e", script]).returncode != 0:
         raise SystemExit("--plot: gnuplot failed (scripts/setup installs gnuplot-nox)")
+
+
+def report_mapped_reads(results, sizes, settings):
+    for tls in filter(shared_memory_only, settings):
+        label, default = mapped_reads_label(tls), f"UCX_TLS={tls}"
+        print(f"\nrdv:grpc+ucx, {label}: the fast path's design D, opt-in (GB/s, median "
+              f"[min-max]; reported beside the default, no verdict)")
+        print(f"{'size':>10}  {'design D':>24}  {'default':>8}  {'D/default':>9}  {'D/best':>6}")
+        for size in sizes:
+            read = results.median("rdv:grpc+ucx", label, size)
+            best = max(results.median(f"ucx_perftest:{test}", default, size)
+                       for test in PERFTEST_BW)
+            plain = results.median("rdv:grpc+ucx", default, size)
+            print(f"{size:>10}  {cell(results, 'rdv:grpc+ucx', label, size):>24}  {plain:8.3f}  "
+                  f"{read / plain:9.2f}  {read / best:6.2f}")
 
 
 def placement(args):

@@ -3,8 +3,9 @@
 // what each part of the plugin offers the others. The parts:
 // ucx_settings.cc (the environment), ucx_endpoints.cc (connect, disconnect,
 // abort), ucx_transfers.cc (get, put, tagged send and receive, and their
-// completions) and ucx_transport.cc (init, progress, memory, the ABI
-// table).
+// completions), ucx_shared_memory.cc (memory `mapped`: System V segments
+// and peers' attachments) and ucx_transport.cc (init, progress, memory,
+// the ABI table).
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -25,6 +26,7 @@
 
 #include "plugin/plugin_support.h"
 #include "plugin/rdv_transport.h"
+#include "ucx/ucx_shared_memory.h"
 
 namespace rdv::ucx_plugin {
 
@@ -58,6 +60,9 @@ struct Context {
   bool busy_poll = false;
   std::chrono::microseconds spin{0};  // UcxSettings::spin
   bool mapped_memory = false;         // UcxSettings::mapped_memory
+  Attachments attachments;            // peers' segments copied through
+  std::atomic<int> segments{0};       // this context's live segments
+  std::atomic<bool> segments_short{false};  // a segment was refused: logged once
   bool peer_failure_handling = true;  // UcxSettings::peer_failure_handling
   // UCX before 1.14 with a UD transport open: destroying the worker while
   // an endpoint to a lost peer has its wireup request still queued on a UD
@@ -161,6 +166,11 @@ struct Context {
 struct KeyRegion {
   uint64_t address;
   uint64_t length;
+  // Memory `mapped`: the System V segment holding the region, which a peer
+  // in the same IPC scope copies through (ucx_shared_memory.h); -1 else.
+  int32_t segment_id;
+  uint32_t reserved;
+  IpcScope scope;
 };
 
 // Unpacked remote keys of one endpoint, kept: unpacking a shared-memory key
@@ -228,6 +238,7 @@ struct Memory {
   ucp_mem_h memh = nullptr;
   void* mapped = nullptr;  // what MemAlloc mapped, unmapped after the registration
   size_t mapped_length = 0;
+  SharedSegment segment;  // memory `mapped`: freed after the registration
 };
 
 // One posted operation, freed when its callback has run.

@@ -33,9 +33,9 @@ const rdv_transport_setting_info_t kSettings[] = {
      "with progress wait: microseconds the progress thread keeps polling (yielding the CPU "
      "between polls) after its last work before it sleeps, 0 to 10000"},
     {"memory", "RDV_UCX_MEMORY", "anonymous",
-     "anonymous or mapped: the memory rdv's pool takes from this transport; mapped is UCX's "
-     "shared-memory allocation, which a consumer on the same host maps and copies from at "
-     "memory speed with op get, and which stays mapped in it (docs/security.md)"},
+     "anonymous or mapped: the memory rdv's pool takes from this transport; mapped is System "
+     "V shared memory, which a consumer on the same host attaches (read-only for a get) and "
+     "copies from at memory speed with op get, and keeps attached (docs/security.md)"},
 };
 
 // UCX_TLS as UCX reads it: a list of transport names, or of names to

@@ -143,6 +143,27 @@ ucp_request_param_t SendParam(Operation* op) {
   return param;
 }
 
+// A get (or put) of the peer's segment `region` names, through this
+// context's attachment of it: read-only for a get. Completes on the
+// progress thread, as UCX's operations do.
+template <bool kGet>
+int CopyThroughSegment(Context* context, const KeyRegion& region, void* local,
+                       uint64_t remote_address, size_t length, rdv_transport_completion_fn done,
+                       void* user, rdv_transport_error_t* error) {
+  std::shared_ptr<const Attachment> attachment;
+  const int code =
+      context->attachments.Attach(region.segment_id, region.length, !kGet, &attachment, error);
+  if (code != RDV_TRANSPORT_OK) return code;
+  char* remote = const_cast<char*>(attachment->base) + (remote_address - region.address);
+  if (kGet) {
+    std::memcpy(local, remote, length);
+  } else {
+    std::memcpy(remote, local, length);
+  }
+  context->Deliver([done, user] { done(user, RDV_TRANSPORT_OK, nullptr); });
+  return RDV_TRANSPORT_OK;
+}
+
 template <bool kGet>
 int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_address,
             const void* remote_key, size_t remote_key_length, size_t length,
@@ -169,27 +190,21 @@ int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_addres
   const size_t key_length = blob_length - sizeof(KeyRegion);
   std::lock_guard lock(endpoint->use_mu);
   if (endpoint->ep == nullptr) return Aborted(error);
+  // Once the endpoint's wireup is done (UCX 1.13 fails an assertion when
+  // an endpoint still in wireup is aborted, and a copy alone would leave it
+  // so), a peer's segment on this host is copied through, not handed to
+  // UCX.
+  if (region.segment_id >= 0 && endpoint->proven.load(std::memory_order_relaxed) &&
+      SameIpcScope(region.scope)) {
+    return CopyThroughSegment<kGet>(endpoint->context, region, local, remote_address, length,
+                                    done, user, error);
+  }
   ucp_rkey_h rkey = nullptr;
   const ucs_status_t unpacked = endpoint->keys.Get(endpoint->ep, key, key_length, &rkey);
   if (unpacked != UCS_OK) {
     return SetError(error, RDV_TRANSPORT_INVALID_ARGUMENT,
                     "the peer's memory descriptor does not unpack: %s",
                     ucs_status_string(unpacked));
-  }
-  void* mapped = nullptr;
-  if (endpoint->proven.load(std::memory_order_relaxed) &&
-      ucp_rkey_ptr(rkey, remote_address, &mapped) == UCS_OK) {
-    // The peer's allocation is mapped here (memory `mapped`, same host):
-    // a copy, as UCX's own shared-memory protocols make it, but without
-    // their trip through the worker, which never completed a get from
-    // such memory under UCX 1.13.
-    if (kGet) {
-      std::memcpy(local, mapped, length);
-    } else {
-      std::memcpy(mapped, local, length);
-    }
-    endpoint->context->Deliver([done, user] { done(user, RDV_TRANSPORT_OK, nullptr); });
-    return RDV_TRANSPORT_OK;
   }
   auto* op = new Operation{done, user};
   return Post(endpoint, endpoint->context, op, [&] {

@@ -222,6 +222,8 @@ void Finalize(rdv_transport_context_t handle) {
   // Cancels and forced closes asked for after the last round, and the
   // callbacks of operations it completed.
   context->RunTasks();
+  // No copy runs now: the peers' segments go.
+  context->attachments.Clear();
   // No progress now, so no close callback either: release what is left,
   // as UCX requires before the worker goes.
   for (auto& [close, request] : context->closing) {
@@ -296,46 +298,58 @@ int MapMemory(Context* context, ucp_mem_map_params_t* params, rdv_transport_memo
 
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-void MemRelease(rdv_transport_memory_t handle);
+// Memory `mapped` gives segments to tensors of at least this size, where a
+// copy's speed shows, and to at most this many at once: System V segments
+// are few per host (kernel.shmmni, 4096 by default), and UCX's own sysv
+// transport needs some. Other tensors take anonymous memory.
+constexpr size_t kMinSegmentBytes = size_t{256} << 10;
+constexpr int kMaxSegments = 512;
 
-// UCX's own allocation (memory setting `mapped`): a shared-memory segment
-// that a consumer on the same host maps, and then copies from at memory
-// speed (PostGet). Tagged sends from it move at less than half the speed of
-// anonymous memory's here (docs/plugins.md).
-int MapAllocation(Context* context, size_t length, rdv_transport_memory_t* out, void** address,
-                  rdv_transport_error_t* error) {
-  ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-  params.address = nullptr;
-  params.length = length;
-  params.flags = UCP_MEM_MAP_ALLOCATE;
-  rdv_transport_memory_t memory = nullptr;
-  const int code = MapMemory(context, &params, &memory, error, "allocation");
-  if (code != RDV_TRANSPORT_OK) return code;
-  ucp_mem_attr_t attributes{};
-  attributes.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
-  const ucs_status_t status =
-      ucp_mem_query(reinterpret_cast<Memory*>(memory)->memh, &attributes);
-  if (status != UCS_OK) {
-    MemRelease(memory);
-    return UcxError(error, status, "ucp_mem_query of an allocation");
+// Memory `mapped`: a System V segment of this plugin's, registered, which
+// a peer on the same host copies through (ucx_shared_memory.h).
+int MapSegment(Context* context, size_t length, rdv_transport_memory_t* out, void** address,
+               rdv_transport_error_t* error) {
+  SharedSegment segment;
+  if (const int code = AllocateSegment(length, &segment, error); code != RDV_TRANSPORT_OK) {
+    return code;
   }
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = segment.address;
+  params.length = length;
+  rdv_transport_memory_t memory = nullptr;
+  const int code = MapMemory(context, &params, &memory, error, "registration");
+  if (code != RDV_TRANSPORT_OK) {
+    FreeSegment(segment);
+    return code;
+  }
+  reinterpret_cast<Memory*>(memory)->segment = segment;
   *out = memory;
-  *address = attributes.address;
+  *address = segment.address;
   return RDV_TRANSPORT_OK;
 }
 
 // By default plain anonymous memory, registered, rather than UCX's own
-// allocation: a get from UCX's allocation never completed under UCX 1.13
-// when UCX itself carried it (docs/plugins.md), and anonymous memory keeps
-// every byte of the producer out of its consumers' address spaces. A get
-// of anonymous memory travels as shared-memory active messages
-// (kTunedDefaults).
+// allocation: tagged sends from UCX's allocation moved at less than half
+// the speed here (docs/plugins.md), and anonymous memory keeps every byte
+// of the producer out of its consumers' address spaces. A get of anonymous
+// memory travels as shared-memory active messages (kTunedDefaults).
 int MemAlloc(rdv_transport_context_t handle, size_t length, rdv_transport_memory_t* out,
              void** address, rdv_transport_error_t* error) {
   Context* context = ContextOf(handle);
-  if (context->mapped_memory) return MapAllocation(context, length, out, address, error);
+  if (context->mapped_memory && length >= kMinSegmentBytes &&
+      context->segments.fetch_add(1) < kMaxSegments) {
+    const int code = MapSegment(context, length, out, address, error);
+    if (code == RDV_TRANSPORT_OK) return code;
+    context->segments.fetch_sub(1);
+    if (!context->segments_short.exchange(true)) {
+      context->log(1, std::string("memory mapped: a shared-memory segment was refused (") +
+                          (error != nullptr ? error->message : "") +
+                          "); such tensors take anonymous memory");
+    }
+  } else if (context->mapped_memory && length >= kMinSegmentBytes) {
+    context->segments.fetch_sub(1);
+  }
   void* mapped = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) {
     return SetError(error, RDV_TRANSPORT_RESOURCE_EXHAUSTED, "mmap of %zu bytes: %s", length,
@@ -386,6 +400,10 @@ void MemRelease(rdv_transport_memory_t handle) {
   auto* memory = reinterpret_cast<Memory*>(handle);
   ucp_mem_unmap(memory->context->ucp, memory->memh);
   if (memory->mapped != nullptr) munmap(memory->mapped, memory->mapped_length);
+  if (memory->segment.id >= 0) {
+    FreeSegment(memory->segment);
+    memory->context->segments.fetch_sub(1);
+  }
   delete memory;
 }
 
@@ -400,7 +418,12 @@ int MemPack(rdv_transport_memory_t handle, void* buffer, size_t* length,
   size_t size = 0;
   status = ucp_rkey_pack(memory->context->ucp, memory->memh, &key, &size);
   if (status != UCS_OK) return UcxError(error, status, "ucp_rkey_pack");
-  const KeyRegion region{reinterpret_cast<uint64_t>(attributes.address), attributes.length};
+  KeyRegion region{};
+  region.address = reinterpret_cast<uint64_t>(attributes.address);
+  // UCX rounds a registration to pages; a segment's key reaches its bytes.
+  region.length = memory->segment.id >= 0 ? memory->segment.length : attributes.length;
+  region.segment_id = memory->segment.id;
+  region.scope = ThisIpcScope();
   std::string blob(reinterpret_cast<const char*>(&region), sizeof(region));
   blob.append(static_cast<const char*>(key), size);
   ucp_rkey_buffer_release(key);
