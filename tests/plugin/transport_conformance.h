@@ -3,7 +3,9 @@
 // in whichever file holds it; transport_test.cc instantiates the suite.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -20,6 +22,13 @@ namespace rdv::plugin::conformance {
 // plugin with that setting.
 inline std::string PluginOf(const std::string& parameter) {
   return parameter.substr(0, parameter.find(':'));
+}
+
+// A parameter as a test name: "ucx:memory=mapped" is ucx_memory_mapped.
+inline std::string ParameterName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(c); }, '_');
+  return name;
 }
 
 // Loads the plugin `parameter` names with its setting, or says why the

@@ -488,12 +488,7 @@ TEST_P(TransportConformanceTest, TaggedSendMeetsItsRecv) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportConformanceTest,
                          ::testing::Values("ucx", "ucx:memory=mapped", "ucx_abi_v2", "verbs"),
-                         [](const ::testing::TestParamInfo<std::string>& param) {
-                           std::string name = param.param;
-                           std::replace_if(name.begin(), name.end(),
-                                           [](char c) { return !std::isalnum(c); }, '_');
-                           return name;
-                         });
+                         ParameterName);
 
 // A genuine key used beyond its region: the NIC refuses the READ, the QP
 // goes to the error state, the transfer fails with the completion's status,
