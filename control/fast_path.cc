@@ -305,7 +305,7 @@ void FastPath::OnNotice(const FastNotice& notice) {
     }
   }
   if (call == nullptr) return Refuse(absl::NotFoundError("a notice for no waiting Recv"));
-  call->Told(notice);
+  if (absl::Status taken = call->Told(notice); !taken.ok()) Refuse(taken);
 }
 
 }  // namespace rdv::control

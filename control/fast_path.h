@@ -200,11 +200,13 @@ class FastRecvCall final : public AbortableCall,
   // the producer says it took no value for it, or with the value it took.
   // Safe under the caller's locks.
   void Cancel(const absl::Status& status) override;
-  // The producer's notice (on the progress thread).
-  void Told(const FastNotice& notice);
+  // The producer's notice (on the progress thread). FAILED_PRECONDITION for
+  // a notice this Recv cannot take, which the caller counts as refused.
+  absl::Status Told(const FastNotice& notice);
   // Design D: reads the value the readable notice names into the
   // destination, releases it at the producer, and ends the transfer.
-  void Read(const FastNotice& notice);
+  // FAILED_PRECONDITION when this Recv reads nothing (now).
+  absl::Status Read(const FastNotice& notice);
 
  private:
   // The request for the destination; `put_key` reaches it (design B).

@@ -150,7 +150,7 @@ void FastRecvCall::Abort(const absl::Status& status) {
   if (transfer != nullptr) transfer->Cancel();
 }
 
-void FastRecvCall::Told(const FastNotice& notice) {
+absl::Status FastRecvCall::Told(const FastNotice& notice) {
   if (notice.kind == FastNoticeKind::kReadable) return Read(notice);
   std::shared_ptr<SideTransfer> transfer;
   {
@@ -169,9 +169,10 @@ void FastRecvCall::Told(const FastNotice& notice) {
   }
   // No send will match the receive: it ends now, CANCELLED.
   if (transfer != nullptr) transfer->Cancel();
+  return absl::OkStatus();
 }
 
-void FastRecvCall::Read(const FastNotice& notice) {
+absl::Status FastRecvCall::Read(const FastNotice& notice) {
   std::optional<Tensor> destination;
   {
     std::lock_guard lock(mu_);
@@ -180,9 +181,8 @@ void FastRecvCall::Read(const FastNotice& notice) {
   DataPlane* const plane = data_plane_;
   const uint64_t request_id = request_id_;
   if (!destination.has_value()) {
-    RDV_LOG(Warning) << "fast path: a readable notice for Recv " << request_id
-                     << ", which reads nothing (now)";
-    return;
+    return absl::FailedPreconditionError(
+        absl::StrCat("a readable notice for Recv ", request_id, ", which reads nothing (now)"));
   }
   TransportDescriptor descriptor;
   descriptor.set_op(TRANSFER_OP_GET);
@@ -209,6 +209,7 @@ void FastRecvCall::Read(const FastNotice& notice) {
                                                                       read.message())));
                  }
                });
+  return absl::OkStatus();
 }
 
 void FastRecvCall::Unregister() {
