@@ -7,8 +7,8 @@
 //   send:  writes its address in hex to descriptor 3, reads a peer's
 //          address in hex from its first line of standard input and sends
 //          the bytes there tagged 7;
-// and exits as soon as its standard input closes, without any teardown,
-// whatever the transfer is doing.
+// and exits as soon as its standard input closes, without any teardown
+// (a test that wants it gone mid-transfer kills it).
 //   rdv_transport_peer PLUGIN[:NAME=VALUE] LENGTH serve|send
 #include <unistd.h>
 
