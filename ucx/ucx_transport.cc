@@ -64,9 +64,9 @@ thread_local Context* progressing = nullptr;
 // UCX 1.13 aborts the process when cma's process_vm_readv or writev fails
 // on an endpoint without peer-failure handling (every endpoint over shared
 // memory: posix cannot report a lost peer), as it does when the peer
-// process exited mid-transfer. The copy has already failed by then and
-// UCX returns the error to the operation once the log returns, so rdv
-// keeps the process and fails that transfer (UNAVAILABLE) instead.
+// process exited mid-transfer (ESRCH). The copy has already failed by then
+// and UCX returns the error to the operation once the log returns, so the
+// process lives and that transfer fails (UNAVAILABLE).
 ucs_log_func_rc_t KeepCmaFailuresFromAborting(const char* file, unsigned, const char*,
                                               ucs_log_level_t level,
                                               const ucs_log_component_config_t*,
@@ -79,7 +79,7 @@ ucs_log_func_rc_t KeepCmaFailuresFromAborting(const char* file, unsigned, const 
     char message[512];
     std::vsnprintf(message, sizeof message, format, arguments);
     progressing->log(1, std::string("UCX cma: ") + message +
-                            " (the peer process is gone; its transfer fails)");
+                            " (fatal to UCX 1.13; rdv fails this transfer instead)");
   }
   return UCS_LOG_FUNC_RC_STOP;
 }
