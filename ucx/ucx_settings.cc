@@ -177,6 +177,13 @@ std::string ApplyToConfig(const UcxSettings& settings, ucp_config_t* config,
       warn("tls '" + settings.tls + "' not applied: UCX refused it");
     }
   }
+  if (settings.preferred_op == RDV_TRANSPORT_OP_GET && !settings.mapped_memory &&
+      TlsMayUse(settings.tls, kMmTransports, kMmAliases)) {
+    warn("op get over shared memory with memory anonymous: the producer's progress thread "
+         "serves each get, and a producer lost mid-get can leave later gets to this worker "
+         "stalled (UCX 1.13; docs/robustness.md). memory=mapped (RDV_UCX_MEMORY) or op tag "
+         "avoids it");
+  }
   std::string applied;
   for (const TunedDefault& tuned : kTunedDefaults) {
     const bool user_set = std::any_of(tuned.user_variables.begin(), tuned.user_variables.end(),

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "core/logging.h"
 #include "gtest/gtest.h"
 #include "plugin/transport.h"
 #include "tests/test_util.h"
@@ -100,6 +101,33 @@ TEST(UcxTransportTest, AGivenSettingWinsOverItsVariable) {
   auto given = Transport::Load("ucx", {{"tls", "tcp"}, {"op", "tag"}});
   ASSERT_TRUE(given.ok()) << given.status();
   EXPECT_EQ((*given)->preferred_op(), RDV_TRANSPORT_OP_TAG);
+}
+
+// Gets over shared memory of anonymous memory go through the producer's
+// progress thread, which UCX 1.13 cannot give up on when the producer is
+// lost: the plugin says so when it starts, and not with memory mapped.
+TEST(UcxTransportTest, WarnsOfGetsOverSharedMemoryOfAnonymousMemory) {
+  const struct {
+    TransportSettings settings;
+    bool warned;
+  } cases[] = {
+      {{{"tls", "posix,cma,self"}, {"op", "get"}}, true},
+      {{{"tls", "posix,cma,self"}, {"op", "get"}, {"memory", "mapped"}}, false},
+      {{{"tls", "posix,cma,self"}, {"op", "tag"}}, false},
+      {{{"tls", "tcp"}, {"op", "get"}}, false},
+  };
+  const LogLevel level = CurrentLogLevel();
+  SetLogLevel(LogLevel::kWarning);  // whatever RDV_LOG_LEVEL says
+  for (const auto& c : cases) {
+    ::testing::internal::CaptureStderr();
+    auto transport = Transport::Load("ucx", c.settings);
+    const std::string logged = ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(transport.ok()) << transport.status();
+    EXPECT_EQ(logged.find("a producer lost mid-get can leave later gets") != std::string::npos,
+              c.warned)
+        << c.settings.at("tls") << " op " << c.settings.at("op") << ": " << logged;
+  }
+  SetLogLevel(level);
 }
 
 // UCX would hang at the first transfer of a 64 KiB segment or more.
