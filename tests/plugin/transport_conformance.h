@@ -15,14 +15,9 @@
 #include "core/notification.h"
 #include "gtest/gtest.h"
 #include "plugin/transport.h"
+#include "tests/plugin/transport_parameter.h"
 
 namespace rdv::plugin::conformance {
-
-// The plugin a parameter names: "ucx", or "ucx:memory=mapped" for the ucx
-// plugin with that setting.
-inline std::string PluginOf(const std::string& parameter) {
-  return parameter.substr(0, parameter.find(':'));
-}
 
 // A parameter as a test name: "ucx:memory=mapped" is ucx_memory_mapped.
 inline std::string ParameterName(const ::testing::TestParamInfo<std::string>& info) {
@@ -40,11 +35,7 @@ inline std::shared_ptr<Transport> LoadOrSkip(const std::string& parameter, bool 
                                              MessageHandler on_message = nullptr) {
   const std::string name = PluginOf(parameter);
   const char* peer_device = std::getenv("RDV_TEST_PEER_IB_DEVICE");
-  TransportSettings settings;
-  if (const size_t colon = parameter.find(':'); colon != std::string::npos) {
-    const size_t equals = parameter.find('=', colon);
-    settings[parameter.substr(colon + 1, equals - colon - 1)] = parameter.substr(equals + 1);
-  }
+  TransportSettings settings = SettingsOf(parameter);
   if (peer && peer_device != nullptr && name == "verbs") settings["device"] = peer_device;
   auto transport = Transport::Load(name, settings, std::move(on_message));
   if (!transport.ok() && absl::IsUnavailable(transport.status()) &&

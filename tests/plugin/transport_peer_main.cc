@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "plugin/transport.h"
+#include "tests/plugin/transport_parameter.h"
 
 namespace {
 
@@ -32,16 +33,6 @@ using rdv::plugin::TransportEndpoint;
 using rdv::plugin::TransportMemory;
 
 constexpr uint64_t kTag = 7;
-
-absl::StatusOr<std::shared_ptr<Transport>> Load(const std::string& parameter) {
-  rdv::plugin::TransportSettings settings;
-  const size_t colon = parameter.find(':');
-  if (colon != std::string::npos) {
-    const size_t equals = parameter.find('=', colon);
-    settings[parameter.substr(colon + 1, equals - colon - 1)] = parameter.substr(equals + 1);
-  }
-  return Transport::Load(parameter.substr(0, colon), settings);
-}
 
 int Fail(const std::string& why) {
   std::fprintf(stderr, "rdv_transport_peer: %s\n", why.c_str());
@@ -89,7 +80,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s PLUGIN[:NAME=VALUE] LENGTH serve|send\n", argv[0]);
     return 2;
   }
-  auto transport = Load(argv[1]);
+  auto transport = Transport::Load(rdv::plugin::conformance::PluginOf(argv[1]),
+                                   rdv::plugin::conformance::SettingsOf(argv[1]));
   if (!transport.ok()) return Fail(transport.status().ToString());
   auto memory = (*transport)->Allocate(length);
   if (!memory.ok()) return Fail(memory.status().ToString());
