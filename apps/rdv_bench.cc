@@ -32,6 +32,7 @@
 #include "apps/compare_script.h"
 #include "apps/cpu_placement.h"
 #include "apps/tool_flags.h"
+#include "control/data_plane.h"
 #include "control/protocol.h"
 #include "control/security.h"
 #include "control/stats_format.h"
@@ -59,7 +60,9 @@ ABSL_FLAG(int, warmup, 3,
           "untimed Recvs per size first, in whole windows of --in_flight and, unless 0, at "
           "least two windows: a recurring key's first window takes RecvTensor (the key is not "
           "known yet) and its second pays for the fast path's first use (the transport's "
-          "endpoint wireup, milliseconds)");
+          "endpoint wireup, milliseconds). Unless 0, warm-up goes on until the consumer's "
+          "pool has registered nothing new for 3 windows (at most 30): a fresh destination's "
+          "first touch costs up to 200 ms per 64 MiB on a virtual machine");
 ABSL_FLAG(int, in_flight, 1, "Recvs in flight at once");
 ABSL_FLAG(std::string, memory, "host",
           "where tensors live on both sides: host, or cuda (GPU 0 of each process; between "
@@ -121,6 +124,8 @@ class Bench {
   absl::Status FetchRaw(int64_t size, std::vector<double>* latencies);
   // Checks every byte, unless --no_verify.
   static absl::Status Verify(const std::vector<Tensor>& received, uint32_t seed);
+  // Blocks the consumer's pool has registered so far (0 without a data plane).
+  uint64_t PoolRegistrations();
 
   std::unique_ptr<WorkerProcess> peer_process_;
   std::unique_ptr<WorkerServer> consumer_;
@@ -326,6 +331,11 @@ absl::Status Bench::Verify(const std::vector<Tensor>& received, uint32_t seed) {
   return absl::OkStatus();
 }
 
+uint64_t Bench::PoolRegistrations() {
+  DataPlane* plane = consumer_->data_plane();
+  return plane == nullptr ? 0 : plane->allocator()->stats().registrations;
+}
+
 absl::StatusOr<Row> Bench::Measure(int64_t size) {
   const int64_t step = next_step_++;
   const uint32_t seed = static_cast<uint32_t>(step);
@@ -338,7 +348,13 @@ absl::StatusOr<Row> Bench::Measure(int64_t size) {
   }
   const int window = absl::GetFlag(FLAGS_in_flight);
   const int warmup = absl::GetFlag(FLAGS_warmup);
-  const int warmup_rounds = warmup == 0 ? 0 : std::max(2, (warmup + window - 1) / window);
+  int warmup_rounds = warmup == 0 ? 0 : std::max(2, (warmup + window - 1) / window);
+  // The consumer's pool settles a round or more after the first Recvs: a
+  // Recv's next one may allocate before the thread that completed it has
+  // let go of its destination, and a second block is registered then.
+  constexpr int kQuietWarmupRounds = 3;
+  constexpr int kMaxWarmupRounds = 30;
+  int last_growth = -1;
   std::vector<double> latencies;
   double busy = 0;
   double best_window = 0;  // bytes per second of the fastest window
@@ -358,12 +374,20 @@ absl::StatusOr<Row> Bench::Measure(int64_t size) {
     }
     std::vector<double> window_latencies;
     std::vector<Tensor> received;
+    const uint64_t registered = PoolRegistrations();
     const absl::Time start = absl::Now();
     RDV_RETURN_IF_ERROR(Receive(step, size, count, &window_latencies, &received));
     const double took = absl::ToDoubleSeconds(absl::Now() - start);
     buffered -= count;
     RDV_RETURN_IF_ERROR(Verify(received, seed));
-    if (!warm) continue;
+    if (!warm) {
+      if (PoolRegistrations() != registered) last_growth = round;
+      if (round + 1 == warmup_rounds && round - last_growth < kQuietWarmupRounds &&
+          warmup_rounds < kMaxWarmupRounds) {
+        ++warmup_rounds;
+      }
+      continue;
+    }
     busy += took;
     best_window = std::max(best_window, static_cast<double>(size) * count / took);
     latencies.insert(latencies.end(), window_latencies.begin(), window_latencies.end());

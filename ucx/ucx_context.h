@@ -117,6 +117,13 @@ struct Context {
   // The progress thread's id, which it sets first thing.
   std::atomic<std::thread::id> progress_id{};
 
+  // Posts inside UCX now (PostingScope). UCX's worker lock is a spinlock:
+  // a progress thread that spins on it while a poster on another thread,
+  // preempted on the same CPU, holds it burns its whole time slice (3-5 ms
+  // here, with the process pinned to one CPU). The progress thread yields
+  // instead while a post is under way.
+  std::atomic<int> posting{0};
+
   // Set by the progress thread from just before its last look for work
   // until it wakes (ProgressLoop): only then does a post need to signal it.
   std::atomic<bool> sleeping{false};
@@ -215,6 +222,21 @@ class RemoteKeyCache {
   std::mutex mu_;
   std::unordered_map<std::string, ucp_rkey_h> keys_;
   std::deque<std::string> order_;
+};
+
+// Marks a post into UCX's worker for as long as it lasts (Context::posting);
+// on the progress thread itself it changes nothing.
+class PostingScope {
+ public:
+  explicit PostingScope(Context* context) : context_(context) {
+    context_->posting.fetch_add(1, std::memory_order_acq_rel);
+  }
+  ~PostingScope() { context_->posting.fetch_sub(1, std::memory_order_release); }
+  PostingScope(const PostingScope&) = delete;
+  PostingScope& operator=(const PostingScope&) = delete;
+
+ private:
+  Context* const context_;
 };
 
 struct Endpoint {

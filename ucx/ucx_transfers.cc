@@ -120,7 +120,10 @@ int Post(Endpoint* endpoint, Context* context, Operation* op, Start start,
     std::lock_guard lock(endpoint->in_flight_mu);
     endpoint->in_flight.insert(op);
   }
-  const ucs_status_ptr_t request = start();
+  const ucs_status_ptr_t request = [&] {
+    const PostingScope posting(context);
+    return start();
+  }();
   if (UCS_PTR_IS_ERR(request)) {
     if (endpoint != nullptr) {
       std::lock_guard lock(endpoint->in_flight_mu);

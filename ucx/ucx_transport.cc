@@ -90,6 +90,10 @@ void ProgressLoop(Context* context) {
   auto last_work = std::chrono::steady_clock::now();
   while (!context->stop.load(std::memory_order_acquire)) {
     context->RunTasks();
+    if (context->posting.load(std::memory_order_acquire) > 0) {
+      sched_yield();
+      continue;
+    }
     const unsigned progressed = ucp_worker_progress(context->worker);
     if (progressed != 0 || !context->completions.empty() || context->busy_poll) {
       if (context->spin.count() > 0) last_work = std::chrono::steady_clock::now();
