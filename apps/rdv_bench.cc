@@ -349,12 +349,17 @@ absl::StatusOr<Row> Bench::Measure(int64_t size) {
   const int window = absl::GetFlag(FLAGS_in_flight);
   const int warmup = absl::GetFlag(FLAGS_warmup);
   int warmup_rounds = warmup == 0 ? 0 : std::max(2, (warmup + window - 1) / window);
-  // The consumer's pool settles a round or more after the first Recvs: a
-  // Recv's next one may allocate before the thread that completed it has
-  // let go of its destination, and a second block is registered then.
+  // The consumer's pool may still grow after the first Recvs: a Recv's
+  // callback holds its tensor until it returns, and the next Recv may
+  // allocate before that.
   constexpr int kQuietWarmupRounds = 3;
   constexpr int kMaxWarmupRounds = 30;
   int last_growth = -1;
+  // Each window's tensors stay held until the next window has arrived, as
+  // a training step uses its input while the next one comes: the pool then
+  // holds two blocks per Recv in flight from the second window on, where
+  // dropping them at once left it to a race when the second one came.
+  std::vector<Tensor> held;
   std::vector<double> latencies;
   double busy = 0;
   double best_window = 0;  // bytes per second of the fastest window
@@ -380,6 +385,7 @@ absl::StatusOr<Row> Bench::Measure(int64_t size) {
     const double took = absl::ToDoubleSeconds(absl::Now() - start);
     buffered -= count;
     RDV_RETURN_IF_ERROR(Verify(received, seed));
+    held = std::move(received);
     if (!warm) {
       if (PoolRegistrations() != registered) last_growth = round;
       if (round + 1 == warmup_rounds && round - last_growth < kQuietWarmupRounds &&
