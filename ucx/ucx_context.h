@@ -26,6 +26,7 @@
 
 #include "plugin/plugin_support.h"
 #include "plugin/rdv_transport.h"
+#include "ucx/split_copy.h"
 #include "ucx/ucx_shared_memory.h"
 
 namespace rdv::ucx_plugin {
@@ -61,6 +62,7 @@ struct Context {
   std::chrono::microseconds spin{0};  // UcxSettings::spin
   bool mapped_memory = false;         // UcxSettings::mapped_memory
   Attachments attachments;            // peers' segments copied through
+  SplitCopier copier;                 // copies through them
   std::atomic<int> segments{0};       // this context's live segments
   std::atomic<bool> segments_short{false};  // a segment was refused: logged once
   bool peer_failure_handling = true;  // UcxSettings::peer_failure_handling

@@ -159,9 +159,9 @@ int CopyThroughSegment(Context* context, const KeyRegion& region, void* local,
   if (code != RDV_TRANSPORT_OK) return code;
   char* remote = const_cast<char*>(attachment->base) + (remote_address - region.address);
   if (kGet) {
-    std::memcpy(local, remote, length);
+    context->copier.Copy(local, remote, length);
   } else {
-    std::memcpy(remote, local, length);
+    context->copier.Copy(remote, local, length);
   }
   context->Deliver([done, user] { done(user, RDV_TRANSPORT_OK, nullptr); });
   return RDV_TRANSPORT_OK;

@@ -1,0 +1,84 @@
+#include "ucx/split_copy.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace rdv::ucx_plugin {
+namespace {
+
+constexpr size_t kGuard = 4096;
+constexpr uint8_t kGuardByte = 0xA5;
+
+std::vector<uint8_t> Pattern(size_t length, uint32_t seed) {
+  std::vector<uint8_t> bytes(length);
+  uint32_t state = seed * 2654435761u + 1;
+  for (uint8_t& byte : bytes) {
+    state = state * 1664525u + 1013904223u;
+    byte = static_cast<uint8_t>(state >> 24);
+  }
+  return bytes;
+}
+
+// Copies `length` bytes into the middle of a guarded buffer: every byte
+// arrives, and none around the destination changes.
+void ExpectExactCopy(SplitCopier& copier, size_t length, uint32_t seed) {
+  const std::vector<uint8_t> source = Pattern(length, seed);
+  std::vector<uint8_t> destination(length + 2 * kGuard, kGuardByte);
+  copier.Copy(destination.data() + kGuard, source.data(), length);
+  ASSERT_TRUE(std::equal(source.begin(), source.end(), destination.begin() + kGuard))
+      << length << " bytes";
+  for (size_t i = 0; i < kGuard; ++i) {
+    ASSERT_EQ(destination[i], kGuardByte) << "before, at " << i;
+    ASSERT_EQ(destination[kGuard + length + i], kGuardByte) << "after, at " << i;
+  }
+}
+
+TEST(SplitCopierTest, CopiesEveryByteOfSmallAndSplitLengths) {
+  SplitCopier copier;
+  const size_t min = SplitCopier::kMinSplitBytes;
+  for (size_t length : {size_t{0}, size_t{1}, size_t{4096}, min - 1, min, min + 1, min + 63,
+                        3 * min + 17}) {
+    ExpectExactCopy(copier, length, static_cast<uint32_t>(length));
+  }
+}
+
+TEST(SplitCopierTest, ConcurrentCopiesEachArriveWhole) {
+  SplitCopier copier;
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&copier, t] {
+      for (uint32_t i = 0; i < 6; ++i) {
+        ExpectExactCopy(copier, SplitCopier::kMinSplitBytes + 4096 * t + i, 10 * t + i);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
+
+TEST(SplitCopierTest, AThreadOnOneCpuCopiesWhole) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  std::thread pinned([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &allowed)) {
+        CPU_SET(cpu, &one);
+        break;
+      }
+    }
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    SplitCopier copier;
+    ExpectExactCopy(copier, 2 * SplitCopier::kMinSplitBytes + 5, 7);
+  });
+  pinned.join();
+}
+
+}  // namespace
+}  // namespace rdv::ucx_plugin
