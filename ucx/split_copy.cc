@@ -24,6 +24,7 @@ SplitCopier::~SplitCopier() {
 }
 
 void SplitCopier::Copy(void* destination, const void* source, size_t length) {
+  if (length == 0) return;  // either pointer may then be null
   std::unique_lock use(use_mu_, std::defer_lock);
   if (length < kMinSplitBytes || !use.try_lock() || !MayRunOnSeveralCpus()) {
     std::memcpy(destination, source, length);
