@@ -125,6 +125,18 @@ struct Context {
   // here, with the process pinned to one CPU). The progress thread yields
   // instead while a post is under way.
   std::atomic<int> posting{0};
+  // Whether no post is inside UCX, or the ones that are leave within a few
+  // microseconds, as a post that runs does. One that takes longer was
+  // preempted holding the lock: the progress thread yields to it.
+  bool PostsEndSoon() const {
+    constexpr auto kPostTakesAtMost = std::chrono::microseconds(20);
+    if (posting.load(std::memory_order_acquire) == 0) return true;
+    const auto give_up = std::chrono::steady_clock::now() + kPostTakesAtMost;
+    while (posting.load(std::memory_order_acquire) > 0) {
+      if (std::chrono::steady_clock::now() > give_up) return false;
+    }
+    return true;
+  }
 
   // Set by the progress thread from just before its last look for work
   // until it wakes (ProgressLoop): only then does a post need to signal it.

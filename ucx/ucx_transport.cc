@@ -84,27 +84,13 @@ ucs_log_func_rc_t KeepCmaFailuresFromAborting(const char* file, unsigned, const 
   return UCS_LOG_FUNC_RC_STOP;
 }
 
-// Whether no post is inside UCX, or the ones that are leave within a few
-// microseconds, as a post that runs does. One that takes longer was
-// preempted holding UCX's worker lock, and the caller should yield to it
-// rather than spin on that lock.
-bool PostsEndSoon(const Context* context) {
-  constexpr auto kPostTakesAtMost = std::chrono::microseconds(20);
-  if (context->posting.load(std::memory_order_acquire) == 0) return true;
-  const auto give_up = std::chrono::steady_clock::now() + kPostTakesAtMost;
-  while (context->posting.load(std::memory_order_acquire) > 0) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-  }
-  return true;
-}
-
 void ProgressLoop(Context* context) {
   progressing = context;
   context->progress_id.store(std::this_thread::get_id(), std::memory_order_release);
   auto last_work = std::chrono::steady_clock::now();
   while (!context->stop.load(std::memory_order_acquire)) {
     context->RunTasks();
-    if (!PostsEndSoon(context)) {
+    if (!context->PostsEndSoon()) {
       sched_yield();
       continue;
     }
