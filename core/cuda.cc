@@ -269,6 +269,16 @@ absl::StatusOr<DeviceAllocation> AllocationOf(const void* device_pointer) {
     return absl::FailedPreconditionError(
         "the CUDA driver lacks cuMemGetAddressRange or cuPointerGetAttribute");
   }
+  // cuMemGetAddressRange needs a current context, which a thread that never
+  // called CUDA (a gRPC thread answering a Recv) lacks: make the pointer's
+  // device current first.
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, device_pointer) != cudaSuccess ||
+      attributes.type != cudaMemoryTypeDevice || cudaSetDevice(attributes.device) != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InvalidArgumentError(
+        absl::StrCat(absl::Hex(device_pointer), " is not CUDA device memory"));
+  }
   const auto pointer = reinterpret_cast<CUdeviceptr>(device_pointer);
   CUdeviceptr base = 0;
   size_t size = 0;

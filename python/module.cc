@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/worker_server.h"
+#include "core/cuda.h"
 #include "core/notification.h"
 #include "core/rendezvous_key.h"
 #include "core/version.h"
@@ -371,6 +372,10 @@ PYBIND11_MODULE(_rdv, m) {
   m.attr("Error") = py::reinterpret_borrow<py::object>(rp::error_type);
   m.attr("__version__") = std::string(rdv::Version());
   rp::BindDLPack(m);
+  m.def("cuda_device_count", &rdv::cuda::DeviceCount,
+        "GPUs this process can use: 0 without CUDA in this build, a driver or a GPU");
+  m.def("cuda_unavailable_reason", &rdv::cuda::UnavailableReason,
+        "Why cuda_device_count() is 0; empty when there are GPUs");
 
   m.def("create_key",
         [](const std::string& src_device, uint64_t src_incarnation, const std::string& dst_device,

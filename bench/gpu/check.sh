@@ -6,6 +6,9 @@
 #   gpu.txt                         nvidia-smi's view of the machine
 #   tests-<binary>.json             GoogleTest results (GPU cases skip
 #                                   themselves, saying why, without a GPU)
+#   tests-python.xml                the Python module's tests, its GPU and
+#                                   DLPack cases among them (pytest, JUnit
+#                                   XML), on the packed interpreter
 #   bench_gpu.json                  H2D, D2H, D2D through rdv beside
 #                                   cudaMemcpy (Google Benchmark, 5 repetitions)
 #   rdv_bench-<setting>.json        two processes, GPU 0 to GPU 0: CUDA IPC,
@@ -54,6 +57,16 @@ done
 step tests-rdv_remote_conformance_test 180 "$here/bin/rdv_remote_conformance_test" \
   --gtest_filter='*Gpu*/grpc:*Gpu*/grpc_ucx_tcp:*Gpu*/grpc_ucx_shm:*ForgedCudaIpc*' \
   --gtest_output="json:$results/tests-rdv_remote_conformance_test.json"
+
+# The Python module's tests (GPU and DLPack cases among them), this process
+# and a peer process, on the interpreter the pack brings.
+runtime=$(mktemp -d)
+tar -C "$runtime" -xJf "$here/python-runtime.tar.xz"
+step tests-python 180 env PYTHONHOME="$runtime" PYTHONDONTWRITEBYTECODE=1 \
+  PYTHONPATH="$here/python:$runtime/lib/python3/dist-packages" \
+  "$runtime"/bin/python3* -m pytest -p no:cacheprovider -q -rs \
+  --junitxml="$results/tests-python.xml" "$here/python/tests/test_rdv.py"
+rm -rf "$runtime"
 
 step bench_gpu 150 "$here/bin/rdv_bench_gpu" --benchmark_repetitions=5 \
   --benchmark_min_time=0.2 --benchmark_out="$results/bench_gpu.json" \

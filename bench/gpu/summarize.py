@@ -13,6 +13,7 @@ import json
 import os
 import statistics
 import sys
+import xml.etree.ElementTree as ElementTree
 
 MIB = 1 << 20
 BAR_SIZE = 64 * MIB
@@ -25,7 +26,7 @@ def load(path):
 
 
 def test_counts(results):
-    print("tests (GoogleTest):")
+    print("tests (GoogleTest, pytest):")
     for path in sorted(glob.glob(os.path.join(results, "tests-*.json"))):
         counts = {"passed": 0, "failed": 0, "skipped": 0}
         for suite in load(path)["testsuites"]:
@@ -38,6 +39,13 @@ def test_counts(results):
                     counts["passed"] += 1
         print(f"  {os.path.basename(path)[6:-5]:32} {counts['passed']} passed, "
               f"{counts['failed']} failed, {counts['skipped']} skipped")
+    python = os.path.join(results, "tests-python.xml")
+    if os.path.exists(python):
+        suite = ElementTree.parse(python).getroot().find("testsuite")
+        total, failed, skipped = (int(suite.get(k)) for k in ("tests", "failures", "skipped"))
+        failed += int(suite.get("errors"))
+        print(f"  {'python (pytest)':32} {total - failed - skipped} passed, {failed} failed, "
+              f"{skipped} skipped")
 
 
 def benchmark_medians(results):

@@ -20,9 +20,11 @@ import enum
 import weakref
 
 from . import _rdv
-from ._rdv import DLPackTensor, Error, __version__, create_key, parse_key
+from ._rdv import (DLPackTensor, Error, __version__, create_key, cuda_device_count,
+                   cuda_unavailable_reason, parse_key)
 
-__all__ = ["Code", "DLPackTensor", "Error", "Worker", "create_key", "parse_key"]
+__all__ = ["Code", "DLPackTensor", "Error", "Worker", "create_key", "cuda_device_count",
+           "cuda_unavailable_reason", "parse_key"]
 
 
 class Code(enum.IntEnum):

@@ -222,9 +222,21 @@ TEST_P(RemoteConformanceTest, ForgedCudaIpcReleaseIsRefusedByTheProducer) {
       << status.error_message();
 }
 
-// Same host, both sides on a GPU: CUDA IPC (on by default).
+// Same host, both sides on a GPU: CUDA IPC (on by default), from the
+// producer's first answer on, whichever of its threads gives it.
 TEST_P(RemoteGpuTest, GpuToGpuArrivesByteExact) {
+  const GetStatsResponse before = StatsOf(producer_->address());
   ExpectTensorsCross(kProducerGpu, kConsumerGpu, 37);
+  const GetStatsResponse after = StatsOf(producer_->address());
+  for (const char* path : {"staged", "stream"}) {
+    EXPECT_EQ(CounterOf(after, "rdv_sent_transfers_total", "path", path),
+              CounterOf(before, "rdv_sent_transfers_total", "path", path))
+        << "a GPU tensor went by " << path;
+  }
+  EXPECT_EQ(CounterOf(after, "rdv_sent_transfers_total", "path", "cuda_ipc") -
+                CounterOf(before, "rdv_sent_transfers_total", "path", "cuda_ipc"),
+            3)
+      << "each of the three tensors goes by CUDA IPC";
 }
 
 // The producer refuses CUDA IPC: the protocol carries the bytes, staged

@@ -41,9 +41,9 @@ class Peer:
         self.process.stdin.flush()
         assert self._line().strip() == "ok"
 
-    def key(self, name):
-        return rdv.create_key("/job:worker/replica:0/task:0/device:CPU:0", self.incarnation,
-                              "/job:worker/replica:0/task:1/device:CPU:0", name)
+    def key(self, name, src="CPU", dst="CPU"):
+        return rdv.create_key(f"/job:worker/replica:0/task:0/device:{src}:0", self.incarnation,
+                              f"/job:worker/replica:0/task:1/device:{dst}:0", name)
 
     def stop(self):
         if self.process.poll() is None:
@@ -210,6 +210,51 @@ def test_dlpack_recv_from_a_peer(pair):
     np.testing.assert_array_equal(np.from_dlpack(received), arrays.make("float64", (5, 6), 9))
     peer.command(op="dead", step=step, name="dl_dead")
     assert consumer.recv_async(step, peer.key("dl_dead"), dlpack=True).result(LIMIT_S) is None
+
+
+def needs_a_gpu():
+    if rdv.cuda_device_count() == 0:
+        pytest.skip(f"needs a GPU: {rdv.cuda_unavailable_reason()}")
+
+
+def to_host(worker, step, name, on_gpu):
+    """A CUDA DLPack tensor of `worker` as a numpy array, through rdv."""
+    key = rdv.create_key(worker.device("GPU"), worker.incarnation, worker.device(), name)
+    worker.send(step, key, on_gpu)
+    return worker.recv(step, key, timeout=LIMIT_S)
+
+
+def test_a_gpu_destination_gives_a_cuda_dlpack_tensor_that_rdv_sends_on():
+    needs_a_gpu()
+    with rdv.Worker(task=0, cluster="worker=127.0.0.1:1") as worker:
+        key = rdv.create_key(worker.device(), worker.incarnation, worker.device("GPU"), "to_gpu")
+        sent = arrays.make("float32", (256, 1024), 5)
+        worker.send(1, key, sent)
+        received = worker.recv(1, key, timeout=LIMIT_S, dlpack=True)
+        assert received.__dlpack_device__() == (2, 0)  # kDLCUDA, GPU 0
+        assert (received.shape, received.dtype, received.device) == ([256, 1024], "float",
+                                                                     "cuda:0")
+        # rdv itself as the consumer of a CUDA DLPack capsule, as for torch's.
+        np.testing.assert_array_equal(to_host(worker, 1, "back", received), sent)
+
+
+@pytest.mark.parametrize("src", ["CPU", "GPU"])
+def test_gpu_recv_from_a_peer(pair, src):
+    needs_a_gpu()
+    peer, consumer = pair
+    step = next_step()
+    name = f"gpu_from_{src}"
+    peer.command(op="send", step=step, name=name, dtype="int64", shape=[1 << 20], seed=4,
+                 src=src, dst="GPU")
+    received = consumer.recv(step, peer.key(name, src, "GPU"), timeout=LIMIT_S, dlpack=True)
+    assert received.__dlpack_device__() == (2, 0)
+    np.testing.assert_array_equal(to_host(consumer, step, name + "/back", received),
+                                  arrays.make("int64", (1 << 20,), 4))
+    peer.command(op="send", step=step, name=name + "/host", dtype="uint8", shape=[3, 5], seed=2,
+                 src=src)
+    np.testing.assert_array_equal(
+        consumer.recv(step, peer.key(name + "/host", src), timeout=LIMIT_S),
+        arrays.make("uint8", (3, 5), 2))
 
 
 def test_bad_arguments_are_errors_that_say_what_to_do():
