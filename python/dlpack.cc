@@ -87,6 +87,12 @@ absl::StatusOr<MemoryLocation> LocationOf(DLDevice device) {
         return absl::FailedPreconditionError(
             "a CUDA tensor, but this rdv was built without CUDA (RDV_WITH_CUDA)");
       }
+      if (device.device_id < 0 || device.device_id >= cuda::DeviceCount()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "a tensor on CUDA device ", device.device_id, ", but this process has ",
+            cuda::DeviceCount(), " GPUs",
+            cuda::DeviceCount() == 0 ? absl::StrCat(": ", cuda::UnavailableReason()) : ""));
+      }
       return MemoryLocation::Cuda(device.device_id);
     default:
       return absl::InvalidArgumentError(

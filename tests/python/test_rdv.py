@@ -2,6 +2,7 @@
 (worker task 1), peer.py in a second process is the producer (task 0)."""
 
 import asyncio
+import ctypes
 import json
 import os
 import signal
@@ -222,6 +223,51 @@ def to_host(worker, step, name, on_gpu):
     key = rdv.create_key(worker.device("GPU"), worker.incarnation, worker.device(), name)
     worker.send(step, key, on_gpu)
     return worker.recv(step, key, timeout=LIMIT_S)
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8),
+                ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+class ForeignCudaTensor:
+    """A DLPack producer of one float on CUDA device `device` that no GPU
+    backs: rdv must refuse it before touching its memory."""
+
+    def __init__(self, device):
+        self.shape = (ctypes.c_int64 * 1)(1)
+        self.managed = DLManagedTensor()
+        self.managed.dl_tensor = DLTensor(
+            data=0x1000, device_type=2, device_id=device, ndim=1, code=2, bits=32, lanes=1,
+            shape=self.shape, strides=None, byte_offset=0)
+        self.device = device
+
+    def __dlpack__(self, stream=None):
+        capsule_new = ctypes.pythonapi.PyCapsule_New
+        capsule_new.restype = ctypes.py_object
+        capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return capsule_new(ctypes.addressof(self.managed), b"dltensor", None)
+
+    def __dlpack_device__(self):
+        return (2, self.device)
+
+
+def test_a_cuda_tensor_on_a_gpu_this_process_lacks_is_refused_before_use():
+    with rdv.Worker(task=0, cluster="worker=127.0.0.1:1") as worker:
+        key = rdv.create_key(worker.device("GPU"), worker.incarnation, worker.device(), "absent")
+        missing = rdv.cuda_device_count()
+        with pytest.raises(rdv.Error, match=f"CUDA device {missing}, but this process has "
+                                            f"{missing} GPUs|built without CUDA") as error:
+            worker.send(1, key, ForeignCudaTensor(missing))
+        assert error.value.code == rdv.Code.FAILED_PRECONDITION
 
 
 def test_a_gpu_destination_gives_a_cuda_dlpack_tensor_that_rdv_sends_on():
