@@ -1,6 +1,9 @@
 // CUDA memory and DMA copies. The API exists in every build; when rdv is
 // built without CUDA, or runs where no GPU or driver is present, the
 // functions say so with FAILED_PRECONDITION instead of failing later.
+// The functions that touch a device make it the calling thread's current
+// device (cudaSetDevice) and leave it so: code that relies on a current
+// device sets its own after calling them.
 #pragma once
 
 #include <cstddef>
@@ -47,7 +50,8 @@ struct DeviceAllocation {
 };
 
 // INVALID_ARGUMENT for a pointer outside CUDA device memory;
-// FAILED_PRECONDITION without CUDA or a GPU.
+// FAILED_PRECONDITION without CUDA or a GPU. Any thread may call it, one
+// that never used CUDA too (it makes the pointer's device current).
 absl::StatusOr<DeviceAllocation> AllocationOf(const void* device_pointer);
 
 using CopyDone = absl::AnyInvocable<void(absl::Status) &&>;
