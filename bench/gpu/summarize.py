@@ -86,11 +86,13 @@ def main():
             print(f"  {name:6} {size // MIB:>6}Mi {fmt(rdv):>20} {fmt(peer):>20} {ratio:6.2f}"
                   f"{'  below the 0.9x bar' if bar else ''}")
     d2d = medians.get(("BM_CudaMemcpy", 2, BAR_SIZE))
-    print("\ntwo processes, GPU 0 to GPU 0, GB/s (average of 20 verified Recvs):")
+    print("\ntwo processes, GPU 0 to GPU 0, GB/s (average of 20 verified Recvs), and the"
+          " p50 Recv time:")
     for path in sorted(glob.glob(os.path.join(results, "rdv_bench-*.json"))):
         setting = os.path.basename(path)[len("rdv_bench-"):-5]
         for row in load(path):
-            line = f"  {setting:26} {row['size_bytes'] // MIB:>6}Mi {row['bw_GBps_avg']:8.2f}"
+            line = (f"  {setting:26} {row['size_bytes'] // MIB:>6}Mi {row['bw_GBps_avg']:8.2f}"
+                    f" {row['lat_us_p50']:8.0f} us")
             if setting == "cuda_ipc" and row["size_bytes"] == BAR_SIZE and d2d:
                 ratio = row["bw_GBps_avg"] / d2d[0]
                 ok &= ratio >= 0.8
