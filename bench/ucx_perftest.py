@@ -34,27 +34,33 @@ def final_fields(test, size, cpus=None):
     """One ucx_perftest run between a server and a client on loopback: the
     fields of its "Final:" line. `cpus`, when given, is (the client's CPU,
     the server's CPU): each process pinned to its own, as rdv-bench --cpu
-    and --peer_cpu pin rdv's two."""
-    port = free_port()
+    and --peer_cpu pin rdv's two. A ucx_perftest server serves one client
+    and exits, so a client that reached it and failed gets a new server; a
+    client that finds none listening yet tries again. Bounded by
+    WAIT_LIMIT_S."""
     client_cpu, server_cpu = (["-c", str(cpus[0])], ["-c", str(cpus[1])]) if cpus else ([], [])
-    server = subprocess.Popen(["ucx_perftest", "-p", str(port)] + server_cpu,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + WAIT_LIMIT_S
-        while True:  # the client fails until the server listens; bounded
-            client = subprocess.run(
-                ["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s", str(size),
-                 "-n", str(iterations_for(size)), "-w", "2"] + client_cpu,
-                capture_output=True, text=True, timeout=WAIT_LIMIT_S)
-            if client.returncode == 0 or time.monotonic() > deadline:
-                break
-        for line in client.stdout.splitlines():
-            if line.startswith("Final:"):
-                return line.split()
-        raise RuntimeError(f"ucx_perftest {test} {size}: no result\n{client.stdout}{client.stderr}")
-    finally:
-        server.kill()
-        server.wait()
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    last = None
+    while time.monotonic() < deadline:
+        port = free_port()
+        server = subprocess.Popen(["ucx_perftest", "-p", str(port)] + server_cpu,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while server.poll() is None and time.monotonic() < deadline:
+                last = subprocess.run(
+                    ["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s", str(size),
+                     "-n", str(iterations_for(size)), "-w", "2"] + client_cpu,
+                    capture_output=True, text=True, timeout=WAIT_LIMIT_S)
+                final = [line for line in last.stdout.splitlines() if line.startswith("Final:")]
+                if last.returncode == 0 and final:
+                    return final[0].split()
+                time.sleep(0.05)  # the server may not listen yet
+        finally:
+            server.kill()
+            server.wait()
+    output = f"{last.stdout}{last.stderr}" if last else "no client ran"
+    raise RuntimeError(f"ucx_perftest {test} {size}: no result within {WAIT_LIMIT_S} s; "
+                       f"the last client said:\n{output}")
 
 
 def run_once(test, size, cpus=None):
