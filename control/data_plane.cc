@@ -80,18 +80,30 @@ TransportAddress DataPlane::Describe() const {
   return described;
 }
 
+TransferOp DataPlane::OpFor(const Tensor& tensor) const {
+  return transfer_op_ == TRANSFER_OP_GET || ReadByPeerCopy(tensor) ? TRANSFER_OP_GET
+                                                                    : TRANSFER_OP_TAG;
+}
+
+bool DataPlane::ReadByPeerCopy(const Tensor& tensor) const {
+  if (!tensor.location().is_host() || tensor.TotalBytes() == 0) return false;
+  const plugin::TransportMemory* memory = allocator_->Find(tensor.data(), tensor.TotalBytes());
+  return memory != nullptr && memory->read_by_peer_copy();
+}
+
 DataPlane::~DataPlane() {
   held_.Clear();
   endpoints_.Shutdown();
 }
 
-absl::StatusOr<TransportDescriptor> DataPlane::Offer(int64_t step_id, int64_t request_id,
+absl::StatusOr<TransportDescriptor> DataPlane::Offer(TransferOp op, int64_t step_id,
+                                                     int64_t request_id,
                                                      const Tensor& tensor,
                                                      absl::string_view consumer_address,
                                                      const ConsumerWatcher& consumer,
                                                      plugin::TransportDone sent) {
   TransportDescriptor descriptor;
-  descriptor.set_op(transfer_op_);
+  descriptor.set_op(op);
   descriptor.set_length(tensor.TotalBytes());
   descriptor.set_producer_transport_address(local_address_);
   if (descriptor.op() == TRANSFER_OP_TAG) {

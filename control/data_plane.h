@@ -46,15 +46,25 @@ class DataPlane {
   // preference: the consumer gets them (op get) or this worker sends them
   // tagged (op tag).
   TransferOp transfer_op() const { return transfer_op_; }
+  // How `tensor` leaves this worker: op get where transfer_op() is, or
+  // where the transport lets peers read its memory by a copy of their own
+  // (read_by_peer_copy: UCX's mapped segments between processes of one
+  // host); else op tag.
+  TransferOp OpFor(const Tensor& tensor) const;
+  // `tensor` lies in this plane's pool, in memory peers read by a copy of
+  // their own.
+  bool ReadByPeerCopy(const Tensor& tensor) const;
   // This data plane as the Handshake tells peers of it.
   TransportAddress Describe() const;
 
-  // Producer side. `sent` runs once the producer's part is over: at once
-  // for op get (the tensor then waits for Release), when the send ends for
-  // op tag (sent under the consumer's `request_id`, unique on its side).
+  // Producer side, by `op` (OpFor(tensor), or tag where the consumer
+  // posted a receive). `sent` runs once the producer's part is over: at
+  // once for op get (the tensor then waits for Release), when the send ends
+  // for op tag (sent under the consumer's `request_id`, unique on its
+  // side).
   // When `consumer` says its consumer is lost, the tensor held for it goes
   // (op get), or the endpoint to it is aborted, which ends the send (op tag).
-  absl::StatusOr<TransportDescriptor> Offer(int64_t step_id, int64_t request_id,
+  absl::StatusOr<TransportDescriptor> Offer(TransferOp op, int64_t step_id, int64_t request_id,
                                             const Tensor& tensor,
                                             absl::string_view consumer_address,
                                             const ConsumerWatcher& consumer,

@@ -66,7 +66,8 @@ void FastPath::AppendStats(GetStatsResponse* response) const {
        {std::pair{"rdv_fast_path_messages_refused_total", refused()},
         std::pair{"rdv_fast_path_recvs_started_total", recvs_started()},
         std::pair{"rdv_fast_path_requests_served_total", requests_served()},
-        std::pair{"rdv_fast_path_requests_overflowed_total", requests_overflowed()}}) {
+        std::pair{"rdv_fast_path_requests_overflowed_total", requests_overflowed()},
+        std::pair{"rdv_fast_path_values_lent_total", values_lent()}}) {
     StatsCounter* counter = response->add_counters();
     counter->set_name(name);
     counter->set_value(static_cast<double>(value));
@@ -198,21 +199,26 @@ void FastPath::Answer(const FastRequest& request, const FastKeyIds::Entry& entry
   if (is_dead) {
     return Notify(plane, entry.consumer_address, FastNotice{id, FastNoticeKind::kDead, 0, ""});
   }
-  if (!value.location().is_host() || !ShapeMatches(request, value)) {
+  // A read of memory peers cannot copy themselves would be served by this
+  // worker's transport in software: such a value goes the slow way once,
+  // and its answer tells the consumer how the key's values come now.
+  const bool read = request.read || (!request.put && plane->transfer_op() == TRANSFER_OP_GET);
+  const bool unreadable = read && value.TotalBytes() > 0 && plane->OpFor(value) != TRANSFER_OP_GET;
+  if (!value.location().is_host() || !ShapeMatches(request, value) || unreadable) {
     tensors_.HoldForFetch(request.step_id, static_cast<int64_t>(id), key, value, false);
     return Notify(plane, entry.consumer_address,
                   FastNotice{id, FastNoticeKind::kChanged, 0, ""});
   }
-  const bool lend = !request.put && plane->transfer_op() == TRANSFER_OP_GET;
   RDV_LOG(Debug) << "fast path: request " << id << " answered by a "
-                 << (request.put ? "write" : lend ? "readable notice" : "tagged send");
+                 << (request.put ? "write" : read ? "readable notice" : "tagged send");
   env_.stats->Sent(SentPath::kFastPath, value.TotalBytes());
   const ConsumerWatcher consumer(*env_.worker_cache, env_.worker_name, key);
   if (request.put) return Write(request, entry.consumer_address, value, consumer);
-  if (lend) return Lend(request, entry, key, value, consumer);
-  absl::StatusOr<TransportDescriptor> offered = plane->Offer(
-      request.step_id, static_cast<int64_t>(id), value, entry.consumer_address, consumer,
-      NotifyIfFailed(plane, entry.consumer_address, id, "tagged send"));
+  if (read) return Lend(request, entry, key, value, consumer);
+  absl::StatusOr<TransportDescriptor> offered =
+      plane->Offer(TRANSFER_OP_TAG, request.step_id, static_cast<int64_t>(id), value,
+                   entry.consumer_address, consumer,
+                   NotifyIfFailed(plane, entry.consumer_address, id, "tagged send"));
   if (!offered.ok()) Notify(plane, entry.consumer_address, Failed(id, "offer", offered.status()));
 }
 
@@ -245,8 +251,8 @@ void FastPath::Lend(const FastRequest& request, const FastKeyIds::Entry& entry,
     return Notify(plane, entry.consumer_address, FastNotice{id, FastNoticeKind::kLanded, 0, ""});
   }
   absl::StatusOr<TransportDescriptor> offered =
-      plane->Offer(request.step_id, static_cast<int64_t>(id), value, entry.consumer_address,
-                   consumer, [](absl::Status) {});
+      plane->Offer(TRANSFER_OP_GET, request.step_id, static_cast<int64_t>(id), value,
+                   entry.consumer_address, consumer, [](absl::Status) {});
   if (!offered.ok()) {
     return Notify(plane, entry.consumer_address, Failed(id, "offer", offered.status()));
   }
@@ -260,6 +266,7 @@ void FastPath::Lend(const FastRequest& request, const FastKeyIds::Entry& entry,
     tensors_.HoldForFetch(request.step_id, static_cast<int64_t>(id), key, value, false);
     return Notify(plane, entry.consumer_address, FastNotice{id, FastNoticeKind::kChanged, 0, ""});
   }
+  values_lent_.fetch_add(1);
   FastNotice readable{id, FastNoticeKind::kReadable, 0, ""};
   readable.transfer_id = offered->transfer_id();
   readable.address = offered->address();

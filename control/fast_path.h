@@ -120,7 +120,9 @@ class FastPath {
   int64_t requests_served() const { return requests_served_.load(); }
   // Requests past kMaxWaitingRequests, sent to RecvTensor.
   int64_t requests_overflowed() const { return requests_overflowed_.load(); }
-  // The four above as GetStats counters (rdv_fast_path_*).
+  // Values this worker held for its consumers to read (design D).
+  int64_t values_lent() const { return values_lent_.load(); }
+  // The five above as GetStats counters (rdv_fast_path_*).
   void AppendStats(GetStatsResponse* response) const;
 
  private:
@@ -176,6 +178,7 @@ class FastPath {
   std::atomic<int64_t> recvs_started_{0};
   std::atomic<int64_t> requests_served_{0};
   std::atomic<int64_t> requests_overflowed_{0};
+  std::atomic<int64_t> values_lent_{0};
   const std::shared_ptr<FastWaiting> waiting_ = std::make_shared<FastWaiting>();
   std::mutex serving_mu_;
   absl::flat_hash_map<ServedId, std::shared_ptr<ServedRequest>> serving_;  // serving_mu_

@@ -26,10 +26,11 @@ struct RequestWire {
   int64_t dims[kFastPathMaxDims];
   uint64_t put_address;
   uint32_t put_key_length;  // the key's bytes follow the struct
-  uint32_t flags;           // kRequestPut
+  uint32_t flags;           // kRequestPut, kRequestRead
 };
 
 constexpr uint32_t kRequestPut = 1;
+constexpr uint32_t kRequestRead = 2;
 
 struct WithdrawalWire {
   Header header;
@@ -106,7 +107,7 @@ std::string EncodeFastRequest(const FastRequest& request) {
   std::memcpy(wire.dims, request.dims, sizeof(wire.dims));
   wire.put_address = request.put_address;
   wire.put_key_length = static_cast<uint32_t>(request.put_key.size());
-  wire.flags = request.put ? kRequestPut : 0;
+  wire.flags = (request.put ? kRequestPut : 0) | (request.read ? kRequestRead : 0);
   return Bytes(wire) + request.put_key;
 }
 
@@ -180,9 +181,12 @@ absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message) {
     return absl::InvalidArgumentError(
         absl::StrCat("a fast-path request of ", wire->num_dims, " dimensions"));
   }
-  if (wire->flags & ~kRequestPut) {
+  if (wire->flags & ~(kRequestPut | kRequestRead)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a fast-path request with unknown flags ", wire->flags));
+  }
+  if ((wire->flags & kRequestPut) && (wire->flags & kRequestRead)) {
+    return absl::InvalidArgumentError("a fast-path request for both a write and a read");
   }
   if (wire->put_key_length > kMaxPutKeyBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -197,6 +201,7 @@ absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message) {
   request.num_dims = wire->num_dims;
   std::memcpy(request.dims, wire->dims, sizeof(request.dims));
   request.put = (wire->flags & kRequestPut) != 0;
+  request.read = (wire->flags & kRequestRead) != 0;
   request.put_address = wire->put_address;
   const absl::string_view put_key = message.substr(sizeof(RequestWire));
   request.put_key.assign(put_key.data(), put_key.size());

@@ -19,7 +19,7 @@
 namespace rdv::control {
 
 inline constexpr uint32_t kFastPathMagic = 0x46564452;  // "RDVF"
-inline constexpr uint16_t kFastPathVersion = 4;
+inline constexpr uint16_t kFastPathVersion = 5;
 inline constexpr int kFastPathMaxDims = 8;
 
 enum class FastKind : uint16_t {
@@ -47,7 +47,8 @@ inline constexpr size_t kMaxPutKeyBytes = 512;
 // "Send me the next value of the key you gave me `key_id` for, in step
 // `step_id`, as a tagged send under `request_id`, of `bytes` bytes" or,
 // with `put`, "write it at `put_address`, reachable by `put_key` (none for
-// zero bytes), and tell me when it landed".
+// zero bytes), and tell me when it landed", or, with `read`, "hold it for
+// me to read, and tell me where" (no receive is posted for it).
 struct FastRequest {
   uint64_t key_id = 0;
   int64_t step_id = 0;
@@ -57,6 +58,7 @@ struct FastRequest {
   uint32_t num_dims = 0;
   int64_t dims[kFastPathMaxDims] = {};
   bool put = false;
+  bool read = false;
   uint64_t put_address = 0;
   std::string put_key;  // at most kMaxPutKeyBytes
 };

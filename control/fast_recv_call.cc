@@ -104,6 +104,7 @@ FastRequest FastRecvCall::RequestFor(std::string put_key) const {
   request.num_dims = static_cast<uint32_t>(dims.size());
   std::copy(dims.begin(), dims.end(), request.dims);
   request.put = known_.put;
+  request.read = known_.get;
   request.put_address = reinterpret_cast<uint64_t>(destination_.data());
   request.put_key = std::move(put_key);
   return request;

@@ -32,8 +32,8 @@ SentPath SentPathOf(TensorRoute route, const Tensor& value, bool is_dead, size_t
       return is_dead || value.TotalBytes() <= chunk_bytes ? SentPath::kInline : SentPath::kStream;
     case TensorRoute::kOffer:
       if (!value.location().is_host()) return SentPath::kGpuDirect;
-      return plane->transfer_op() == TRANSFER_OP_TAG ? SentPath::kTransportTag
-                                                     : SentPath::kTransportGet;
+      return plane->OpFor(value) == TRANSFER_OP_TAG ? SentPath::kTransportTag
+                                                    : SentPath::kTransportGet;
     case TensorRoute::kStreamFromDevice:
     case TensorRoute::kStageThenOffer:
       return SentPath::kStaged;

@@ -155,14 +155,13 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
   // Answers with a descriptor; the consumer pulls (op get), or this worker
   // sends and finishes the stream when the send is done (op tag).
   void OfferThroughDataPlane(const Tensor& value) {
-    if (HeldForLater(value, false, 0,
-                     service_->env_.data_plane->transfer_op() == TRANSFER_OP_TAG)) {
-      return;
-    }
+    const TransferOp op = service_->env_.data_plane->OpFor(value);
+    if (HeldForLater(value, false, 0, op == TRANSFER_OP_TAG)) return;
     meta_ = MakeTensorMeta(value, false, 0, absl::GetCurrentTimeNanos() / 1000);
     auto tag_send = std::make_shared<TagSend>();
     absl::StatusOr<TransportDescriptor> descriptor = service_->env_.data_plane->Offer(
-        request_.step_id(), request_.request_id(), value, request_.consumer_transport_address(),
+        op, request_.step_id(), request_.request_id(), value,
+        request_.consumer_transport_address(),
         consumer_, [this, tag_send](absl::Status status) {
           // `this` may be gone if the call already ended (consumer gone);
           // Settle says whether this completion is the one to finish it.
@@ -194,8 +193,10 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
   // plane that sends, or whose transport puts): its later Recvs of the key
   // ask through the data plane's messages (control/fast_path.h). A
   // producer that sends answers by a tagged send unless told to write
-  // (RDV_FAST_PATH_WRITES); one that is read from writes, or with
-  // RDV_FAST_PATH_READS holds the value for the consumer to read.
+  // (RDV_FAST_PATH_WRITES), or unless the value lies in memory its peers
+  // read by a copy of their own: then it holds later values for the
+  // consumer to read, as it offers this one; one that is read from writes, or
+  // with RDV_FAST_PATH_READS holds the value for the consumer to read.
   void OfferFastPath(const Tensor& value, bool is_dead) {
     const DataPlane* plane = service_->env_.data_plane;
     const ControlOptions& options = service_->env_.options;
@@ -210,7 +211,8 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     meta_.set_fast_path_key(service_->fast_key_ids_.Intern(
         request_.rendezvous_key(), request_.consumer_transport_address()));
     meta_.set_fast_path_address(plane->local_address());
-    const bool reads = !sends && options.fast_path_reads;
+    const bool reads =
+        sends ? !options.fast_path_writes && plane->ReadByPeerCopy(value) : options.fast_path_reads;
     meta_.set_fast_path_put(puts && !reads && (!sends || options.fast_path_writes));
     meta_.set_fast_path_get(reads);
   }

@@ -134,6 +134,22 @@ typedef struct rdv_transport_attributes {
   int messages_follow_puts;
 } rdv_transport_attributes_t;
 
+enum {
+  RDV_TRANSPORT_MEMORY_ATTR_FIELD_READ_BY_PEER_COPY = 1u << 0,
+};
+
+/* What a memory handle is to peers (ABI v3's mem_query). */
+typedef struct rdv_transport_memory_attributes {
+  uint64_t field_mask; /* which fields the caller wants */
+  /* Non-zero: every peer of this context reads this memory (post_get) by a
+   * copy it makes itself, through a mapping of its own, with no work of
+   * this context's progress thread, and a reader's get succeeds or fails on
+   * its own even when this process dies meanwhile (UCX: a `mapped`
+   * System V segment where UCX_TLS names same-host transports only). A
+   * producer may then offer such memory to be read rather than send it. */
+  int read_by_peer_copy;
+} rdv_transport_memory_attributes_t;
+
 #ifdef __cplusplus
 }
 #endif

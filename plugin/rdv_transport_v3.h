@@ -5,7 +5,13 @@
  *    no environment variable of rdv's;
  *  - post_message, small messages that arrive at the peer context's
  *    on_message (init's MESSAGES field): the control traffic of a transfer
- *    (a request, a notice that bytes landed) without the control plane.
+ *    (a request, a notice that bytes landed) without the control plane;
+ *  - mem_query (appended later; see the table's end), what a memory handle
+ *    is to its peers.
+ *
+ * Growth: functions are appended at the table's end only. A host reads one
+ * only when the plugin's struct_size covers it, and takes a table as short
+ * as RDV_TRANSPORT_V3_BASE_SIZE (everything up to post_message).
  *
  * A v3 plugin exports
  *     const rdv_transport_v3_t* rdv_transport_v3(void);
@@ -74,7 +80,18 @@ typedef struct rdv_transport_v3_ops {
   int (*post_message)(rdv_transport_endpoint_t endpoint, const void* message, size_t length,
                       rdv_transport_completion_fn done, void* user,
                       rdv_transport_error_t* error);
+
+  /* Appended: what `memory` (from mem_alloc or mem_register) is to peers,
+   * for the fields `attributes->field_mask` asks; only those are set, and
+   * only on success. Any thread; does not block. May be NULL: then no
+   * memory is read by a peer's copy. */
+  int (*mem_query)(rdv_transport_memory_t memory, rdv_transport_memory_attributes_t* attributes,
+                   rdv_transport_error_t* error);
 } rdv_transport_v3_t;
+
+/* The size of a v3 table before anything was appended to it. */
+#define RDV_TRANSPORT_V3_BASE_SIZE \
+  (offsetof(rdv_transport_v3_t, post_message) + sizeof(void (*)(void)))
 
 typedef const rdv_transport_v3_t* (*rdv_transport_entry_v3_fn)(void);
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -125,17 +126,18 @@ absl::StatusOr<std::shared_ptr<Transport>> Transport::Open(absl::string_view nam
 
 namespace {
 
-// The entry's table, checked: its version and a size that holds it.
+// The entry's table, checked: its version and a size that holds at least
+// its first `min_size` bytes (functions appended later may be missing).
 template <typename Table>
 absl::StatusOr<const Table*> TableOf(void* entry, const std::string& path, const char* symbol,
-                                     uint32_t version) {
+                                     uint32_t version, size_t min_size = sizeof(Table)) {
   using EntryFn = const Table* (*)();
   const Table* table = reinterpret_cast<EntryFn>(entry)();
-  if (table == nullptr || table->abi_version != version || table->struct_size < sizeof(Table)) {
+  if (table == nullptr || table->abi_version != version || table->struct_size < min_size) {
     return absl::FailedPreconditionError(absl::StrCat(
         path, ": ", symbol, " reports ABI version ", table ? table->abi_version : 0, " (",
-        table ? table->struct_size : 0, " bytes); it must report ", version, " (",
-        sizeof(Table), " bytes). rdv takes transport ABI ", RDV_TRANSPORT_ABI_VERSION,
+        table ? table->struct_size : 0, " bytes); it must report ", version, " (at least ",
+        min_size, " bytes). rdv takes transport ABI ", RDV_TRANSPORT_ABI_VERSION,
         " (", RDV_TRANSPORT_ENTRY_V3, ") and ", RDV_TRANSPORT_OLDEST_ABI_VERSION, " (",
         RDV_TRANSPORT_ENTRY_V2, ")"));
   }
@@ -172,8 +174,11 @@ rdv_transport_v3_t FromV2(const rdv_transport_v2_t& v2) {
 absl::Status Transport::Bind() {
   if (void* entry = dlsym(library_, RDV_TRANSPORT_ENTRY_V3)) {
     RDV_ASSIGN_OR_RETURN(const rdv_transport_v3_t* table,
-                         TableOf<rdv_transport_v3_t>(entry, path_, RDV_TRANSPORT_ENTRY_V3, 3));
-    api_ = *table;
+                         TableOf<rdv_transport_v3_t>(entry, path_, RDV_TRANSPORT_ENTRY_V3, 3,
+                                                     RDV_TRANSPORT_V3_BASE_SIZE));
+    // A table of an older v3 ends early: what it lacks stays null.
+    api_ = rdv_transport_v3_t{};
+    std::memcpy(&api_, table, std::min<size_t>(table->struct_size, sizeof(api_)));
     return absl::OkStatus();
   }
   if (void* entry = dlsym(library_, RDV_TRANSPORT_ENTRY_V2)) {
@@ -315,6 +320,17 @@ absl::Status Transport::Pack(TransportMemory* memory) const {
   RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " remote key")));
   key.resize(length);
   memory->remote_key_ = std::move(key);
+  return Query(memory);
+}
+
+absl::Status Transport::Query(TransportMemory* memory) const {
+  if (api_.mem_query == nullptr) return absl::OkStatus();
+  rdv_transport_memory_attributes_t attributes{};
+  attributes.field_mask = RDV_TRANSPORT_MEMORY_ATTR_FIELD_READ_BY_PEER_COPY;
+  rdv_transport_error_t error{};
+  const int code = api_.mem_query(memory->handle_, &attributes, &error);
+  RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " memory query")));
+  memory->read_by_peer_copy_ = attributes.read_by_peer_copy != 0;
   return absl::OkStatus();
 }
 

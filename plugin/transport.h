@@ -45,6 +45,10 @@ class TransportMemory {
   rdv_transport_memory_t handle() const { return handle_; }
   // The remote key a peer needs to reach this memory (packed once).
   const std::string& remote_key() const { return remote_key_; }
+  // Peers read it by a copy of their own, without this process's help
+  // (rdv_transport_memory_attributes_t::read_by_peer_copy): a producer may
+  // lend it to be read instead of sending it.
+  bool read_by_peer_copy() const { return read_by_peer_copy_; }
 
  private:
   friend class Transport;
@@ -57,6 +61,7 @@ class TransportMemory {
   void* address_;
   size_t length_;
   std::string remote_key_;
+  bool read_by_peer_copy_ = false;
 };
 
 // A connection to one peer. Disconnected when destroyed.
@@ -175,7 +180,10 @@ class Transport : public std::enable_shared_from_this<Transport> {
   // Fills settings_ from `given` and the environment.
   absl::Status ResolveSettings(const TransportSettings& given);
   absl::Status Initialize();
+  // Packs its remote key, then Query.
   absl::Status Pack(TransportMemory* memory) const;
+  // What it is to peers (mem_query, where the plugin has it).
+  absl::Status Query(TransportMemory* memory) const;
   // Hands `done` to a post function; runs it with the error if the plugin
   // refused the operation.
   template <typename PostFn>

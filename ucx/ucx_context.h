@@ -61,6 +61,7 @@ struct Context {
   bool busy_poll = false;
   std::chrono::microseconds spin{0};  // UcxSettings::spin
   bool mapped_memory = false;         // UcxSettings::mapped_memory
+  bool segments_read_by_peer_copy = false;  // UcxSettings::segments_read_by_peer_copy
   Attachments attachments;            // peers' segments copied through
   SplitCopier copier;                 // copies through them
   std::atomic<int> segments{0};       // this context's live segments
@@ -307,6 +308,18 @@ int Connect(rdv_transport_context_t handle, const void* sealed_address, size_t l
             rdv_transport_endpoint_t* out, rdv_transport_error_t* error);
 void Disconnect(rdv_transport_endpoint_t handle);
 void Abort(rdv_transport_endpoint_t handle);
+
+// ucx_memory.cc: the ABI's mem_* functions.
+int MemAlloc(rdv_transport_context_t handle, size_t length, rdv_transport_memory_t* out,
+             void** address, rdv_transport_error_t* error);
+int MemRegister(rdv_transport_context_t handle, void* address, size_t length,
+                uint32_t memory_type, int device, rdv_transport_memory_t* out,
+                rdv_transport_error_t* error);
+void MemRelease(rdv_transport_memory_t handle);
+int MemPack(rdv_transport_memory_t handle, void* buffer, size_t* length,
+            rdv_transport_error_t* error);
+int MemQuery(rdv_transport_memory_t handle, rdv_transport_memory_attributes_t* attributes,
+             rdv_transport_error_t* error);
 
 // ucx_transfers.cc: the ABI's posts, cancel_recv and messages.
 int PostGet(rdv_transport_endpoint_t endpoint, void* local, rdv_transport_memory_t,

@@ -32,10 +32,12 @@ const rdv_transport_setting_info_t kSettings[] = {
     {"spin_us", "RDV_UCX_SPIN_US", "1000",
      "with progress wait: microseconds the progress thread keeps polling (yielding the CPU "
      "between polls) after its last work before it sleeps, 0 to 10000"},
-    {"memory", "RDV_UCX_MEMORY", "anonymous",
-     "anonymous or mapped: the memory rdv's pool takes from this transport; mapped is System "
-     "V shared memory, which a consumer on the same host attaches (read-only for a get) and "
-     "copies from at memory speed with op get, and keeps attached (docs/security.md)"},
+    {"memory", "RDV_UCX_MEMORY", "auto",
+     "auto, anonymous or mapped: the memory rdv's pool takes from this transport; mapped is "
+     "System V shared memory for tensors of 256 KiB and more, which a consumer on the same host "
+     "attaches (read-only for a get), copies from at memory speed, and keeps attached "
+     "(docs/security.md); auto is mapped where the tls names same-host transports only, and "
+     "there the producer lends such tensors to be read instead of sending them"},
 };
 
 // UCX_TLS as UCX reads it: a list of transport names, or of names to
@@ -156,17 +158,19 @@ int ReadSettings(const rdv_transport_init_params_t* params, UcxSettings* setting
       (code = given.Choice("op", {"auto", "get", "tag"}, &op, error)) ||
       (code = given.Choice("progress", {"wait", "poll"}, &progress, error)) ||
       (code = given.Integer("spin_us", 0, 10000, &spin_us, error)) ||
-      (code = given.Choice("memory", {"anonymous", "mapped"}, &memory, error))) {
+      (code = given.Choice("memory", {"auto", "anonymous", "mapped"}, &memory, error))) {
     return code;
   }
   settings->tls = given.Text("tls");
   settings->tls_given = given.Given("tls");
   settings->busy_poll = progress == 1;
   settings->spin = std::chrono::microseconds(spin_us);
-  settings->mapped_memory = memory == 1;
+  const bool same_host_only = OnlySharedMemory(ParseTls(settings->tls));
+  settings->mapped_memory = memory == 2 || (memory == 0 && same_host_only);
+  settings->segments_read_by_peer_copy = settings->mapped_memory && same_host_only;
   const bool get = op == 1 || (op == 0 && OnlyConfiningTransports(ParseTls(settings->tls)));
   settings->preferred_op = get ? RDV_TRANSPORT_OP_GET : RDV_TRANSPORT_OP_TAG;
-  settings->peer_failure_handling = !OnlySharedMemory(ParseTls(settings->tls));
+  settings->peer_failure_handling = !same_host_only;
   return RDV_TRANSPORT_OK;
 }
 

@@ -24,9 +24,13 @@ struct UcxSettings {
   bool busy_poll = false;
   // With wait: how long the progress thread polls after its last work.
   std::chrono::microseconds spin{0};
-  // The pool is UCX's own allocation (UCP_MEM_MAP_ALLOCATE), not anonymous
-  // memory.
+  // The pool's tensors of kMinSegmentBytes and more are System V segments
+  // (ucx_shared_memory.h), not anonymous memory.
   bool mapped_memory = false;
+  // Every peer is on this host (the tls names same-host transports only),
+  // so it reads those segments through an attachment of its own: a get of
+  // one is a copy the reader makes (mem_query's read_by_peer_copy).
+  bool segments_read_by_peer_copy = false;
   // False when the tls names only shared-memory transports, which cannot
   // report a lost peer in UCX 1.13: endpoints then ask for no peer-failure
   // handling (asking first makes UCX log an error per endpoint).

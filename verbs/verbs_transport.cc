@@ -435,6 +435,7 @@ const rdv_transport_v3_t kTransport = {
     3, sizeof(rdv_transport_v3_t), "verbs", Init, Finalize, Query,
     LocalAddress, Connect, Disconnect, MemAlloc, MemRegister, MemRelease, MemPack,
     PostGet, PostPut, PostSend, PostRecv, Abort, CancelRecv, SettingsTable, PostMessage,
+    /*mem_query=*/nullptr,
 };
 
 }  // namespace

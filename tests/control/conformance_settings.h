@@ -3,6 +3,7 @@
 // subsets that narrower suites of it are instantiated on.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -41,7 +42,8 @@ inline std::vector<ProtocolSetting> ConformanceSettings() {
       // Gets forced where UCX serves them in software: a user's choice
       // (RDV_UCX_OP), and the one transfer a lost peer leaves for the
       // control plane to end.
-      ProtocolSetting{"grpc_ucx_shm_get", "grpc+ucx", "posix,cma,self", false, "get"},
+      ProtocolSetting{"grpc_ucx_shm_get", "grpc+ucx", "posix,cma,self", false, "get", false,
+                      false, false, "anonymous"},
       ProtocolSetting{"grpc_verbs", "grpc+verbs", nullptr, true},
       // UCX over SoftRoCE needs UCX_UD_VERBS_ETH_DGID_CHECK=n.
       ProtocolSetting{"grpc_ucx_rdma", "grpc+ucx", "rc_verbs,ud_verbs", true},
@@ -75,5 +77,23 @@ inline bool IsUcx(const ProtocolSetting& setting) {
   return absl::StrContains(setting.protocol, "ucx");
 }
 inline bool HasFastPath(const ProtocolSetting& setting) { return setting.fast_path; }
+// The consumer reads every value through the data plane: its transport is
+// read from (verbs, UCX over RDMA) or told so (RDV_UCX_OP=get).
+inline bool ReadsEveryValue(const ProtocolSetting& setting) {
+  return setting.needs_rdma ||
+         (setting.ucx_op != nullptr && std::string_view(setting.ucx_op) == "get");
+}
+// The producer lends values in its pool's mapped segments (256 KiB and
+// more) to be read: UCX between processes of one host, with RDV_UCX_MEMORY
+// at its default (mapped there) or mapped.
+inline bool LendsMappedValues(const ProtocolSetting& setting) {
+  const bool same_host = setting.ucx_tls != nullptr &&
+                         std::string_view(setting.ucx_tls) == "posix,cma,self";
+  const bool mapped = setting.ucx_memory == nullptr ||
+                      std::string_view(setting.ucx_memory) != "anonymous";
+  return same_host && mapped;
+}
+// The smallest tensor UCX's mapped memory puts in a segment.
+inline constexpr int64_t kMinSegmentBytes = int64_t{256} << 10;
 
 }  // namespace rdv::control::remote_test

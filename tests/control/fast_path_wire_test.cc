@@ -63,6 +63,19 @@ TEST(FastPathWireTest, AWriteRequestsKeyIsBoundedAndMatchesItsLength) {
   unknown_flags[unknown_flags.size() - request.put_key.size() - 4] = 6;
   EXPECT_TRUE(
       absl::StrContains(DecodeFastRequest(unknown_flags).status().message(), "unknown flags"));
+  request.read = true;
+  EXPECT_TRUE(absl::StrContains(DecodeFastRequest(EncodeFastRequest(request)).status().message(),
+                                "both a write and a read"));
+}
+
+TEST(FastPathWireTest, AReadRequestSaysSo) {
+  FastRequest request;
+  request.request_id = 9;
+  request.read = true;
+  absl::StatusOr<FastRequest> decoded = DecodeFastRequest(EncodeFastRequest(request));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(decoded->read);
+  EXPECT_FALSE(decoded->put);
 }
 
 TEST(FastPathWireTest, AWithdrawalArrivesAsSent) {

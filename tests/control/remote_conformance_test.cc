@@ -256,6 +256,29 @@ TEST_P(RemoteConformanceTest, StatsCountWhatMovedAndHow) {
   EXPECT_EQ(CounterOf(consumer, "rdv_recvs_in_flight"), 0);
 }
 
+// Through a data plane, each value leaves by what its memory allows: read
+// by the consumer where the transport is read from, or where the value
+// lies in a mapped segment a same-host consumer copies itself; else sent
+// tagged.
+TEST_P(RemoteConformanceTest, EachValueLeavesByWhatItsMemoryAllows) {
+  if (!HasDataPlane(GetParam())) GTEST_SKIP() << "protocol grpc streams every value";
+  for (const int64_t bytes : {int64_t{64} << 10, int64_t{1} << 20}) {
+    const GetStatsResponse before = StatsOf(producer_->address());
+    const ParsedKey key = Key(absl::StrCat("leaves", bytes));
+    ASSERT_TRUE(Produce(29, {Item(key, DType::kUInt8, {bytes}, 3)}).ok());
+    ExpectPattern(29, key, 3, static_cast<size_t>(bytes));
+    const GetStatsResponse after = StatsOf(producer_->address());
+    const bool read = ReadsEveryValue(GetParam()) ||
+                      (LendsMappedValues(GetParam()) && bytes >= kMinSegmentBytes);
+    for (const char* path : {"transport_get", "transport_tag"}) {
+      const double sent = CounterOf(after, "rdv_sent_transfers_total", "path", path) -
+                          CounterOf(before, "rdv_sent_transfers_total", "path", path);
+      EXPECT_EQ(sent, (std::string_view(path) == "transport_get") == read ? 1 : 0)
+          << bytes << " bytes by " << path;
+    }
+  }
+}
+
 // A cancelled Recv leaves its channel at the producer too: the value sent
 // after it reaches the next Recv, every time: cancelled at once, or once
 // its request waits at the producer (the pause only makes that order

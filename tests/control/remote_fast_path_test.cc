@@ -53,6 +53,34 @@ TEST_P(RemoteFastPathTest, FastPathRecurringKeyMakesNoRecvTensorCall) {
             writes ? fast_with_bytes - 1 : 0);
 }
 
+// Between processes of one host, values in the producer's mapped segments
+// are lent for the consumer to copy (design D) and released; smaller ones
+// are still sent tagged. Over tcp or RDMA, or with writes forced, none is
+// lent unless the consumer reads every value.
+TEST_P(RemoteFastPathTest, FastPathLendsValuesInMappedSegments) {
+  for (const int64_t bytes : {int64_t{64} << 10, int64_t{1} << 20}) {
+    const ParsedKey key = Key(absl::StrCat("lent", bytes));
+    constexpr int64_t kStep = 78;
+    for (uint32_t seed = 1; seed <= 4; ++seed) {
+      ASSERT_TRUE(Produce(kStep, {Item(key, DType::kUInt8, {bytes}, seed)}).ok());
+    }
+    const double before =
+        CounterOf(StatsOf(producer_->address()), "rdv_fast_path_values_lent_total");
+    for (uint32_t seed = 1; seed <= 4; ++seed) {
+      ExpectPattern(kStep, key, seed, static_cast<size_t>(bytes));
+    }
+    const double lent =
+        CounterOf(StatsOf(producer_->address()), "rdv_fast_path_values_lent_total") - before;
+    const bool lends = (GetParam().fast_path_reads && ReadsEveryValue(GetParam())) ||
+                       (LendsMappedValues(GetParam()) && !GetParam().fast_path_writes &&
+                        bytes >= kMinSegmentBytes);
+    // The first value teaches the key; the other three come fast.
+    EXPECT_EQ(lent, lends ? 3 : 0) << bytes << " bytes";
+  }
+  EXPECT_TRUE(rdv::testing::PollUntil([&] { return HeldInAll(Holdings()) == 0; }))
+      << "every value read was released, but " << HeldInAll(Holdings()) << " are still held";
+}
+
 TEST_P(RemoteFastPathTest, FastPathAsyncRecvsOfOneKeyAllArrive) {
   const ParsedKey key = Key("async");
   constexpr int kValues = 16;

@@ -49,6 +49,49 @@ TEST_F(TransportLoaderTest, MissingEntryPointIsRefusedClearly) {
       << message;
 }
 
+// A v3 plugin built before mem_query was appended to v3 loads (its init
+// runs); a table shorter than v3 first was is refused.
+TEST_F(TransportLoaderTest, AV3TableEndingBeforeItsAppendedFunctionsLoads) {
+  auto base = Transport::Load("basev3");
+  ASSERT_FALSE(base.ok());
+  EXPECT_TRUE(absl::StrContains(base.status().message(), "init reached")) << base.status();
+  auto short_table = Transport::Load("shortv3");
+  ASSERT_EQ(short_table.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(short_table.status().message(), "rdv_transport_v3 reports ABI "
+                                                                "version 3"))
+      << short_table.status();
+}
+
+// mem_query: UCX's peers read its memory by a copy of their own only where
+// it is a mapped segment (256 KiB and more) and every peer is on this host.
+TEST(TransportAbiTest, UcxMemoryIsReadByPeerCopyOnlyInSegmentsOfOneHost) {
+  struct Case {
+    TransportSettings settings;
+    bool large_read_by_copy;
+  };
+  const Case cases[] = {
+      {{{"tls", "posix,cma,self"}}, true},
+      {{{"tls", "posix,cma,self"}, {"memory", "mapped"}}, true},
+      {{{"tls", "posix,cma,self"}, {"memory", "anonymous"}}, false},
+      {{{"tls", "tcp"}}, false},
+      {{{"tls", "tcp"}, {"memory", "mapped"}}, false},
+  };
+  for (const Case& c : cases) {
+    auto transport = Transport::Load("ucx", c.settings);
+    ASSERT_TRUE(transport.ok()) << transport.status();
+    auto large = (*transport)->Allocate(size_t{1} << 20);
+    auto small = (*transport)->Allocate(size_t{64} << 10);
+    ASSERT_TRUE(large.ok() && small.ok());
+    std::vector<char> own(size_t{1} << 20);
+    auto registered = (*transport)->Register(own.data(), own.size());
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    const std::string where = (*transport)->description();
+    EXPECT_EQ((*large)->read_by_peer_copy(), c.large_read_by_copy) << where;
+    EXPECT_FALSE((*small)->read_by_peer_copy()) << where;
+    EXPECT_FALSE((*registered)->read_by_peer_copy()) << where;
+  }
+}
+
 // A plugin built against the frozen v2 ABI (the UCX plugin, built so) still
 // loads, takes no settings, and says which version it speaks; the
 // conformance suite below runs on it as well.

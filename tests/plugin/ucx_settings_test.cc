@@ -105,13 +105,15 @@ TEST(UcxTransportTest, AGivenSettingWinsOverItsVariable) {
 
 // Gets over shared memory of anonymous memory go through the producer's
 // progress thread, which UCX 1.13 cannot give up on when the producer is
-// lost: the plugin says so when it starts, and not with memory mapped.
+// lost: the plugin says so when it starts, and not with memory mapped (the
+// default there).
 TEST(UcxTransportTest, WarnsOfGetsOverSharedMemoryOfAnonymousMemory) {
   const struct {
     TransportSettings settings;
     bool warned;
   } cases[] = {
-      {{{"tls", "posix,cma,self"}, {"op", "get"}}, true},
+      {{{"tls", "posix,cma,self"}, {"op", "get"}, {"memory", "anonymous"}}, true},
+      {{{"tls", "posix,cma,self"}, {"op", "get"}}, false},
       {{{"tls", "posix,cma,self"}, {"op", "get"}, {"memory", "mapped"}}, false},
       {{{"tls", "posix,cma,self"}, {"op", "tag"}}, false},
       {{{"tls", "tcp"}, {"op", "get"}}, false},
