@@ -21,10 +21,14 @@
 //      the new shape), or failed (the Recv fails with the producer's
 //      status).
 // A producer that sends tagged (UCX over shared memory or tcp) answers by
-// A, unless RDV_FAST_PATH_WRITES; one that is read from (verbs, UCX over
-// RDMA) by B, or with RDV_FAST_PATH_READS by D: it holds the value and
+// A, unless RDV_FAST_PATH_WRITES, or by D for a key whose value lay in
+// memory the consumer copies itself (DataPlane::ReadByPeerCopy: UCX's
+// mapped segments between processes of one host): it holds the value and
 // sends a readable notice {transfer, address, remote key}; the consumer
-// reads it into the destination (a get), then sends a release. B's registration ends with the transfer, which revokes the
+// reads it into the destination (a get), then sends a release. A read
+// request whose value is not in such memory is answered `changed`. One
+// that is read from (verbs, UCX over RDMA) answers by B, or with
+// RDV_FAST_PATH_READS by D. B's registration ends with the transfer, which revokes the
 // producer's access where the transport can (verbs, UCX over RDMA).
 // A producer keeps at most kMaxWaitingRequests requests waiting for values;
 // past that it answers "slow path", and the Recv asks by RecvTensor as if
