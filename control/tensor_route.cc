@@ -26,14 +26,13 @@ TensorRoute ChooseRoute(const RecvTensorRequest& request, const Tensor& value, b
 }
 
 SentPath SentPathOf(TensorRoute route, const Tensor& value, bool is_dead, size_t chunk_bytes,
-                    const DataPlane* plane) {
+                    TransferOp offered_op) {
   switch (route) {
     case TensorRoute::kStream:
       return is_dead || value.TotalBytes() <= chunk_bytes ? SentPath::kInline : SentPath::kStream;
     case TensorRoute::kOffer:
       if (!value.location().is_host()) return SentPath::kGpuDirect;
-      return plane->OpFor(value) == TRANSFER_OP_TAG ? SentPath::kTransportTag
-                                                    : SentPath::kTransportGet;
+      return offered_op == TRANSFER_OP_TAG ? SentPath::kTransportTag : SentPath::kTransportGet;
     case TensorRoute::kStreamFromDevice:
     case TensorRoute::kStageThenOffer:
       return SentPath::kStaged;

@@ -33,9 +33,10 @@ TensorRoute ChooseRoute(const RecvTensorRequest& request, const Tensor& value, b
                         const DataPlane* plane, bool may_lend);
 
 // The path the stats count a value under once `route` carries it: a stream
-// of one `chunk_bytes` message is inline; an offer is a get or a tagged
-// send, as `plane` moves host memory, or GPUDirect.
+// of one `chunk_bytes` message is inline; an offer of host memory goes by
+// `offered_op` (the data plane's OpFor the value), of GPU memory by
+// GPUDirect.
 SentPath SentPathOf(TensorRoute route, const Tensor& value, bool is_dead, size_t chunk_bytes,
-                    const DataPlane* plane);
+                    TransferOp offered_op);
 
 }  // namespace rdv::control

@@ -320,7 +320,7 @@ absl::Status Transport::Pack(TransportMemory* memory) const {
   RDV_RETURN_IF_ERROR(TransportStatus(code, error.message, absl::StrCat(name_, " remote key")));
   key.resize(length);
   memory->remote_key_ = std::move(key);
-  return Query(memory);
+  return absl::OkStatus();
 }
 
 absl::Status Transport::Query(TransportMemory* memory) const {
@@ -343,6 +343,7 @@ absl::StatusOr<std::unique_ptr<TransportMemory>> Transport::Allocate(size_t leng
   std::unique_ptr<TransportMemory> memory(
       new TransportMemory(shared_from_this(), handle, address, length));
   RDV_RETURN_IF_ERROR(Pack(memory.get()));
+  RDV_RETURN_IF_ERROR(Query(memory.get()));
   return memory;
 }
 
@@ -358,6 +359,7 @@ absl::StatusOr<std::unique_ptr<TransportMemory>> Transport::Register(
   std::unique_ptr<TransportMemory> memory(
       new TransportMemory(shared_from_this(), handle, address, length));
   RDV_RETURN_IF_ERROR(Pack(memory.get()));
+  RDV_RETURN_IF_ERROR(Query(memory.get()));
   return memory;
 }
 

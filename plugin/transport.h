@@ -180,7 +180,7 @@ class Transport : public std::enable_shared_from_this<Transport> {
   // Fills settings_ from `given` and the environment.
   absl::Status ResolveSettings(const TransportSettings& given);
   absl::Status Initialize();
-  // Packs its remote key, then Query.
+  // Packs its remote key.
   absl::Status Pack(TransportMemory* memory) const;
   // What it is to peers (mem_query, where the plugin has it).
   absl::Status Query(TransportMemory* memory) const;

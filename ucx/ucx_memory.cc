@@ -11,6 +11,7 @@
 #include "plugin/plugin_support.h"
 #include "plugin/rdv_transport.h"
 #include "ucx/ucx_context.h"
+#include "ucx/ucx_segment_sizes.h"
 
 namespace rdv::ucx_plugin {
 
@@ -35,13 +36,6 @@ int MapMemory(Context* context, ucp_mem_map_params_t* params, rdv_transport_memo
 }
 
 constexpr size_t kHugePageBytes = size_t{2} << 20;
-
-// Memory `mapped` gives segments to tensors of at least this size, where a
-// copy's speed shows, and to at most this many at once: System V segments
-// are few per host (kernel.shmmni, 4096 by default), and UCX's own sysv
-// transport needs some. Other tensors take anonymous memory.
-constexpr size_t kMinSegmentBytes = size_t{256} << 10;
-constexpr int kMaxSegments = 512;
 
 // Memory `mapped`: a System V segment of this plugin's, registered, which
 // a peer on the same host copies through (ucx_shared_memory.h).

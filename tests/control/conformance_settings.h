@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "ucx/ucx_segment_sizes.h"
 
 namespace rdv::control::remote_test {
 
@@ -93,7 +94,9 @@ inline bool LendsMappedValues(const ProtocolSetting& setting) {
                       std::string_view(setting.ucx_memory) != "anonymous";
   return same_host && mapped;
 }
-// The smallest tensor UCX's mapped memory puts in a segment.
-inline constexpr int64_t kMinSegmentBytes = int64_t{256} << 10;
+// ... and one of `bytes` is in such a segment.
+inline bool LendsMappedValue(const ProtocolSetting& setting, int64_t bytes) {
+  return LendsMappedValues(setting) && bytes >= static_cast<int64_t>(ucx_plugin::kMinSegmentBytes);
+}
 
 }  // namespace rdv::control::remote_test

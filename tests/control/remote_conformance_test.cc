@@ -269,7 +269,7 @@ TEST_P(RemoteConformanceTest, EachValueLeavesByWhatItsMemoryAllows) {
     ExpectPattern(29, key, 3, static_cast<size_t>(bytes));
     const GetStatsResponse after = StatsOf(producer_->address());
     const bool read = ReadsEveryValue(GetParam()) ||
-                      (LendsMappedValues(GetParam()) && bytes >= kMinSegmentBytes);
+                      LendsMappedValue(GetParam(), bytes);
     for (const char* path : {"transport_get", "transport_tag"}) {
       const double sent = CounterOf(after, "rdv_sent_transfers_total", "path", path) -
                           CounterOf(before, "rdv_sent_transfers_total", "path", path);

@@ -72,8 +72,7 @@ TEST_P(RemoteFastPathTest, FastPathLendsValuesInMappedSegments) {
     const double lent =
         CounterOf(StatsOf(producer_->address()), "rdv_fast_path_values_lent_total") - before;
     const bool lends = (GetParam().fast_path_reads && ReadsEveryValue(GetParam())) ||
-                       (LendsMappedValues(GetParam()) && !GetParam().fast_path_writes &&
-                        bytes >= kMinSegmentBytes);
+                       (LendsMappedValue(GetParam(), bytes) && !GetParam().fast_path_writes);
     // The first value teaches the key; the other three come fast.
     EXPECT_EQ(lent, lends ? 3 : 0) << bytes << " bytes";
   }
