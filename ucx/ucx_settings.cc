@@ -99,21 +99,26 @@ bool OnlyConfiningTransports(const TlsSetting& tls) {
 const std::vector<std::string> kMmTransports = {"posix", "sysv"};
 const std::vector<std::string> kMmAliases = {"sm", "shm", "mm"};
 
+// Whether UCX_TLS names `members` (and self) and no other transport.
+bool OnlyMembers(const TlsSetting& tls, const std::vector<std::string>& members) {
+  if (tls.excluding || tls.names.empty()) return false;
+  return std::all_of(tls.names.begin(), tls.names.end(), [&](const std::string& name) {
+    return name == "self" || std::find(members.begin(), members.end(), name) != members.end();
+  });
+}
+
 // Whether UCX_TLS names transports within one host only: shared memory,
 // the kernel's and the devices' copies, and self.
 bool OnlySharedMemory(const TlsSetting& tls) {
-  if (tls.excluding || tls.names.empty()) return false;
-  const std::vector<std::string> local = {"posix", "sysv", "sm", "shm", "mm", "cma",
-                                          "knem", "xpmem", "self"};
-  return std::all_of(tls.names.begin(), tls.names.end(), [&](const std::string& name) {
-    return std::find(local.begin(), local.end(), name) != local.end();
-  });
+  return OnlyMembers(tls, {"posix", "sysv", "sm", "shm", "mm", "cma", "knem", "xpmem"});
 }
 
 // A UCX default rdv changes for its traffic, only where the user has set
 // none of `user_variables` and UCX will open a transport that reads it
 // (UCX warns of a setting no interface takes). UCX takes it by `key`, the
-// name within the transport's table; a prefixed name is not accepted.
+// name within the transport's table; a prefixed name is not accepted. A
+// setting of UCP's own (`only_members`) changes every transport, so it is
+// applied only where UCX_TLS names nothing but `members`.
 struct TunedDefault {
   const char* shown;  // in the transport's description
   std::vector<const char*> user_variables;
@@ -121,6 +126,7 @@ struct TunedDefault {
   const char* value;
   std::vector<std::string> members;
   std::vector<std::string> aliases;
+  bool only_members = false;
 };
 
 // Over tcp a rendezvous to a consumer (which has no endpoint of its own to
@@ -131,9 +137,15 @@ struct TunedDefault {
 // active messages of one segment each, copied in by the producer and out
 // by the consumer: 8 KiB segments reach about 7 GB/s at 64 MiB, 56 KiB
 // ones about 9.5 (the FIFO's length field is 16 bits: 64 KiB hangs).
-// docs/configuration.md has both.
+// Over tcp alone, values under 256 KiB go eagerly: a recurring key's
+// receive is posted before its request leaves, so an eager send saves
+// the rendezvous' two extra one-way trips (64 KiB, pinned: p50 66 -> 47
+// us). From 1 MiB up, eager loses for a first-time key, whose value
+// arrives before its receive is posted and is copied once more.
+// docs/configuration.md has all three.
 const TunedDefault kTunedDefaults[] = {
     {"UCX_TCP_RX_SEG_SIZE", {"UCX_TCP_RX_SEG_SIZE"}, "RX_SEG_SIZE", "1M", {"tcp"}, {}},
+    {"UCX_RNDV_THRESH", {"UCX_RNDV_THRESH"}, "RNDV_THRESH", "256K", {"tcp"}, {}, true},
     {"UCX_{POSIX,SYSV}_SEG_SIZE",
      {"UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE", "UCX_MM_SEG_SIZE"},
      "MM_SEG_SIZE",
@@ -192,7 +204,9 @@ std::string ApplyToConfig(const UcxSettings& settings, ucp_config_t* config,
   for (const TunedDefault& tuned : kTunedDefaults) {
     const bool user_set = std::any_of(tuned.user_variables.begin(), tuned.user_variables.end(),
                                       [](const char* name) { return std::getenv(name); });
-    if (user_set || !TlsMayUse(settings.tls, tuned.members, tuned.aliases)) continue;
+    const bool applies = tuned.only_members ? OnlyMembers(ParseTls(settings.tls), tuned.members)
+                                            : TlsMayUse(settings.tls, tuned.members, tuned.aliases);
+    if (user_set || !applies) continue;
     const std::string setting = std::string(tuned.shown) + "=" + tuned.value;
     const ucs_status_t status = ucp_config_modify(config, tuned.key, tuned.value);
     if (status != UCS_OK) {

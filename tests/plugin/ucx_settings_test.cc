@@ -26,20 +26,25 @@ TEST(UcxTransportTest, TunesSegmentsOnlyWhereTheirTransportIsAllowedAndUnset) {
     const char* user_variable;  // set to a value of the user's, or null
     bool tcp_tuned;
     bool mm_tuned;
+    bool rndv_tuned;  // UCP's own setting: only where tcp is all there is
   } cases[] = {
-      {"tcp", nullptr, true, false},
-      {"posix,cma,self", nullptr, false, true},
-      {"sm,self", nullptr, false, true},
-      {"all", nullptr, true, true},
-      {"^tcp", nullptr, false, true},
-      {"^sm", nullptr, true, false},
-      {"^posix", nullptr, true, true},
-      {"tcp", "UCX_TCP_RX_SEG_SIZE", false, false},
-      {"posix,cma,self", "UCX_SYSV_SEG_SIZE", false, false},
+      {"tcp", nullptr, true, false, true},
+      {"tcp,self", nullptr, true, false, true},
+      {"tcp,posix", nullptr, true, true, false},
+      {"posix,cma,self", nullptr, false, true, false},
+      {"sm,self", nullptr, false, true, false},
+      {"all", nullptr, true, true, false},
+      {"^tcp", nullptr, false, true, false},
+      {"^sm", nullptr, true, false, false},
+      {"^posix", nullptr, true, true, false},
+      {"tcp", "UCX_TCP_RX_SEG_SIZE", false, false, true},
+      {"tcp", "UCX_RNDV_THRESH", true, false, false},
+      {"posix,cma,self", "UCX_SYSV_SEG_SIZE", false, false, false},
   };
   for (const auto& c : cases) {
     ScopedVariable tcp("UCX_TCP_RX_SEG_SIZE", nullptr);
     ScopedVariable sysv("UCX_SYSV_SEG_SIZE", nullptr);
+    ScopedVariable rndv("UCX_RNDV_THRESH", nullptr);
     std::optional<ScopedVariable> user;
     if (c.user_variable != nullptr) user.emplace(c.user_variable, "16K");
     auto transport = Transport::Load("ucx", {{"tls", c.tls}});
@@ -48,6 +53,8 @@ TEST(UcxTransportTest, TunesSegmentsOnlyWhereTheirTransportIsAllowedAndUnset) {
     EXPECT_EQ(description.find("UCX_TCP_RX_SEG_SIZE=1M") != std::string::npos, c.tcp_tuned)
         << "UCX_TLS=" << c.tls << ": " << description;
     EXPECT_EQ(description.find("UCX_{POSIX,SYSV}_SEG_SIZE=56K") != std::string::npos, c.mm_tuned)
+        << "UCX_TLS=" << c.tls << ": " << description;
+    EXPECT_EQ(description.find("UCX_RNDV_THRESH=256K") != std::string::npos, c.rndv_tuned)
         << "UCX_TLS=" << c.tls << ": " << description;
   }
 }
