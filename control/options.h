@@ -67,9 +67,10 @@ struct ControlOptions {
 // The data plane's settings, for protocols grpc+<transport>
 // (control/data_plane.h).
 struct DataPlaneOptions {
-  // Tensors up to this many bytes ride in the RecvTensor answer.
-  // RDV_INLINE_BYTES.
-  size_t inline_bytes = 4096;
+  // Tensors up to this many bytes ride in the RecvTensor answer: a key's
+  // first value of up to 64 KiB arrives sooner there than by a descriptor
+  // and the data plane (docs/fast_path.md). RDV_INLINE_BYTES.
+  size_t inline_bytes = size_t{64} << 10;
   // Free transport memory kept for reuse. RDV_POOL_CACHE_BYTES.
   size_t pool_cache_bytes = size_t{1} << 30;
   // Registrations of foreign buffers kept. RDV_REGISTRATION_CACHE_BYTES.

@@ -96,7 +96,7 @@ result = run(["--local", "--protocol", "grpc", "--keys", "sometimes"])
 check(result.returncode == 1 and "--keys" in result.stderr, f"--keys sometimes: {result.stderr}")
 
 # --stats: both ends' counters after the table, the path the bytes took.
-result = run(["--local", "--protocol", "grpc+ucx", "--sizes", "64K", "--iters", "5", "--stats"],
+result = run(["--local", "--protocol", "grpc+ucx", "--sizes", "128K", "--iters", "5", "--stats"],
              {"UCX_TLS": "tcp"})
 check(result.returncode == 0 and "counters of both ends" in result.stdout
       and 'rdv_sent_transfers_total{path="transport_tag"}' in result.stdout

@@ -220,7 +220,7 @@ TEST_P(RemoteConformanceTest, TimedOutRecvIsWithdrawnAtTheProducer) {
 // the path it took, the consumer the Recv, its bytes and latency, and a
 // failed Recv by its code.
 TEST_P(RemoteConformanceTest, StatsCountWhatMovedAndHow) {
-  constexpr int64_t kBytes = 64 << 10;
+  constexpr int64_t kBytes = 512 << 10;
   const GetStatsResponse producer_before = StatsOf(producer_->address());
   const GetStatsResponse consumer_before = StatsOf(consumer_->address());
   const ParsedKey key = Key("counted");
@@ -248,7 +248,7 @@ TEST_P(RemoteConformanceTest, StatsCountWhatMovedAndHow) {
   EXPECT_EQ(grew(consumer_before, consumer, "rdv_received_transfers_total"), 1);
   EXPECT_EQ(grew(consumer_before, consumer, "rdv_received_bytes_total"), kBytes);
   EXPECT_EQ(grew(consumer_before, consumer, "rdv_recv_latency_seconds_count", "size_class",
-                 "le_64KiB"),
+                 "le_1MiB"),
             1);
   EXPECT_EQ(grew(consumer_before, consumer, "rdv_recv_errors_total", "code",
                  "DEADLINE_EXCEEDED"),
@@ -262,14 +262,13 @@ TEST_P(RemoteConformanceTest, StatsCountWhatMovedAndHow) {
 // tagged.
 TEST_P(RemoteConformanceTest, EachValueLeavesByWhatItsMemoryAllows) {
   if (!HasDataPlane(GetParam())) GTEST_SKIP() << "protocol grpc streams every value";
-  for (const int64_t bytes : {int64_t{64} << 10, int64_t{1} << 20}) {
+  for (const int64_t bytes : {int64_t{128} << 10, int64_t{1} << 20}) {
     const GetStatsResponse before = StatsOf(producer_->address());
     const ParsedKey key = Key(absl::StrCat("leaves", bytes));
     ASSERT_TRUE(Produce(29, {Item(key, DType::kUInt8, {bytes}, 3)}).ok());
     ExpectPattern(29, key, 3, static_cast<size_t>(bytes));
     const GetStatsResponse after = StatsOf(producer_->address());
-    const bool read = ReadsEveryValue(GetParam()) ||
-                      LendsMappedValue(GetParam(), bytes);
+    const bool read = ReadsEveryValue(GetParam()) || LendsMappedValue(GetParam(), bytes);
     for (const char* path : {"transport_get", "transport_tag"}) {
       const double sent = CounterOf(after, "rdv_sent_transfers_total", "path", path) -
                           CounterOf(before, "rdv_sent_transfers_total", "path", path);
