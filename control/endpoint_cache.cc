@@ -1,5 +1,6 @@
 #include "control/endpoint_cache.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -68,27 +69,37 @@ void EndpointCache::ConnectLoop() {
 
 void EndpointCache::Connect(const std::string& address) {
   absl::StatusOr<std::unique_ptr<plugin::TransportEndpoint>> made = transport_->Connect(address);
-  std::vector<Ready> waiting;
-  absl::StatusOr<Endpoint> outcome = absl::UnknownError("not connected");
-  {
-    std::lock_guard lock(mu_);
-    auto it = pending_.find(address);
-    if (it == pending_.end()) return;  // Shutdown took it
-    waiting = std::move(it->second.waiting);
-    const bool peer_lost = it->second.peer_lost;
-    pending_.erase(it);
-    if (peer_lost) {
-      outcome = absl::UnavailableError(
-          absl::StrCat("the peer was lost while ", transport_->name(), " connected to it"));
-    } else if (!made.ok()) {
-      outcome = made.status();
-    } else {
-      Endpoint endpoint = *std::move(made);
-      endpoints_[address] = endpoint;
-      outcome = std::move(endpoint);
+  std::optional<Endpoint> endpoint;
+  if (made.ok()) endpoint = *std::move(made);
+  // The callers that waited for the connection run before the endpoint is
+  // published, and those that come meanwhile wait behind them: messages to
+  // a peer leave in the order they were given (a FIFO key's read-ahead
+  // counts on it, control/read_ahead.h).
+  while (true) {
+    std::vector<Ready> waiting;
+    absl::StatusOr<Endpoint> outcome = absl::UnknownError("not connected");
+    {
+      std::lock_guard lock(mu_);
+      auto it = pending_.find(address);
+      if (it == pending_.end()) return;  // Shutdown took it
+      waiting = std::move(it->second.waiting);
+      it->second.waiting.clear();
+      if (it->second.peer_lost) {
+        outcome = absl::UnavailableError(
+            absl::StrCat("the peer was lost while ", transport_->name(), " connected to it"));
+      } else if (!endpoint.has_value()) {
+        outcome = made.status();
+      } else {
+        outcome = *endpoint;
+      }
+      if (waiting.empty()) {
+        if (outcome.ok()) endpoints_[address] = *std::move(outcome);
+        pending_.erase(it);
+        return;
+      }
     }
+    for (Ready& ready : waiting) std::move(ready)(outcome);
   }
-  for (Ready& ready : waiting) std::move(ready)(outcome);
 }
 
 void EndpointCache::Forget(const std::string& address) {

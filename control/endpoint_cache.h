@@ -35,7 +35,8 @@ class EndpointCache {
 
   // Calls `ready` with the endpoint to `address`: at once, on this thread,
   // when one is kept; else on the connector thread once a connect (one per
-  // address, however many callers wait for it) has ended.
+  // address, however many callers wait for it) has ended. Callers to one
+  // address are called back in the order they called.
   void With(const std::string& address, Ready ready);
   // Drops the endpoint to `address`: a failed transfer may have left it out
   // of service (a verbs QP in the error state), so the next one connects anew.

@@ -35,11 +35,13 @@ std::shared_ptr<FastRecvCall> FastPath::NewRecv(std::shared_ptr<WorkerClient> wo
                                                 int64_t step_id, std::string key,
                                                 KnownFastKey known, RecvTensorRequest fallback,
                                                 std::shared_ptr<Buffer> landing, Detach detach,
-                                                Done done) {
+                                                Done done, bool ahead) {
   recvs_started_.fetch_add(1);
+  if (ahead) read_ahead_.fetch_add(1);
   return std::make_shared<FastRecvCall>(env_.data_plane, waiting_, std::move(worker), step_id,
                                         std::move(key), std::move(known), std::move(fallback),
-                                        std::move(landing), std::move(detach), std::move(done));
+                                        std::move(landing), std::move(detach), std::move(done),
+                                        ahead);
 }
 
 void FastPath::OnMessage(absl::string_view message) {
@@ -65,6 +67,7 @@ void FastPath::AppendStats(GetStatsResponse* response) const {
   for (const auto& [name, value] :
        {std::pair{"rdv_fast_path_messages_refused_total", refused()},
         std::pair{"rdv_fast_path_recvs_started_total", recvs_started()},
+        std::pair{"rdv_fast_path_read_ahead_total", read_ahead()},
         std::pair{"rdv_fast_path_requests_served_total", requests_served()},
         std::pair{"rdv_fast_path_requests_overflowed_total", requests_overflowed()},
         std::pair{"rdv_fast_path_values_lent_total", values_lent()}}) {

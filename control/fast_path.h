@@ -103,12 +103,14 @@ class FastPath {
   // producer says the value changed. `landing` (RendezvousArgs::landing,
   // may be null) is the destination when it has the value's size. Start()
   // the call once it is hooked (Abort may come from then on); it owns
-  // itself until `done`.
+  // itself until `done`. A call that reads `ahead` (control/read_ahead.h)
+  // ends NotServedAhead() where another would take RecvTensor for the
+  // key's next value.
   std::shared_ptr<FastRecvCall> NewRecv(std::shared_ptr<WorkerClient> worker, int64_t step_id,
                                         std::string key, KnownFastKey known,
                                         RecvTensorRequest fallback,
                                         std::shared_ptr<Buffer> landing, Detach detach,
-                                        Done done);
+                                        Done done, bool ahead = false);
 
   // Withdrawals that found no waiting request are remembered, up to this
   // many, so that a request overtaken by its withdrawal is refused.
@@ -119,14 +121,17 @@ class FastPath {
   // Messages that arrived and were dropped: malformed, or naming an id or
   // a request this worker does not know.
   int64_t refused() const { return refused_.load(); }
-  // Fast Recvs this worker started, and requests it answered.
+  // Fast Recvs this worker started (read-ahead included), and requests it
+  // answered.
   int64_t recvs_started() const { return recvs_started_.load(); }
+  // Values this worker asked for ahead of their Recvs.
+  int64_t read_ahead() const { return read_ahead_.load(); }
   int64_t requests_served() const { return requests_served_.load(); }
   // Requests past kMaxWaitingRequests, sent to RecvTensor.
   int64_t requests_overflowed() const { return requests_overflowed_.load(); }
   // Values this worker held for its consumers to read (design D).
   int64_t values_lent() const { return values_lent_.load(); }
-  // The five above as GetStats counters (rdv_fast_path_*).
+  // The six above as GetStats counters (rdv_fast_path_*).
   void AppendStats(GetStatsResponse* response) const;
 
  private:
@@ -180,6 +185,7 @@ class FastPath {
   TensorService& tensors_;
   std::atomic<int64_t> refused_{0};
   std::atomic<int64_t> recvs_started_{0};
+  std::atomic<int64_t> read_ahead_{0};
   std::atomic<int64_t> requests_served_{0};
   std::atomic<int64_t> requests_overflowed_{0};
   std::atomic<int64_t> values_lent_{0};
@@ -197,11 +203,13 @@ class FastRecvCall final : public AbortableCall,
   FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> waiting,
                std::shared_ptr<WorkerClient> worker, int64_t step_id, std::string key,
                KnownFastKey known, RecvTensorRequest fallback, std::shared_ptr<Buffer> landing,
-               FastPath::Detach detach, FastPath::Done done);
+               FastPath::Detach detach, FastPath::Done done, bool ahead);
 
   // Posts the receive and sends the request.
   void Start();
-  // Safe under the caller's locks: nothing here finishes the Recv.
+  // Safe under the caller's locks: nothing here finishes the Recv. A
+  // read-ahead whose request went is withdrawn as by Cancel, and ends with
+  // `status` once the producer answers (or with the value it took).
   void Abort(const absl::Status& status) override;
   // Withdraws the request at the producer; the Recv ends with `status` once
   // the producer says it took no value for it, or with the value it took.
@@ -240,6 +248,7 @@ class FastRecvCall final : public AbortableCall,
   FastPath::Detach detach_;
   FastPath::Done done_;
   const uint64_t request_id_;
+  const bool ahead_;  // a read-ahead: never falls back to the key's next value
   const std::string worker_name_;  // the producer's, for errors
   Tensor destination_;
   std::mutex mu_;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "control/fast_path.h"
 #include "control/landing_allocator.h"
+#include "control/read_ahead.h"
 #include "control/side_transfer.h"
 #include "core/logging.h"
 
@@ -15,7 +16,7 @@ FastRecvCall::FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> w
                            std::shared_ptr<WorkerClient> worker, int64_t step_id,
                            std::string key, KnownFastKey known, RecvTensorRequest fallback,
                            std::shared_ptr<Buffer> landing, FastPath::Detach detach,
-                           FastPath::Done done)
+                           FastPath::Done done, bool ahead)
     : data_plane_(data_plane),
       waiting_(std::move(waiting)),
       worker_(std::move(worker)),
@@ -27,6 +28,7 @@ FastRecvCall::FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> w
       detach_(std::move(detach)),
       done_(std::move(done)),
       request_id_(static_cast<uint64_t>(fallback_.request_id())),
+      ahead_(ahead),
       worker_name_(worker_->worker_name) {}
 
 void FastRecvCall::Start() {
@@ -141,6 +143,19 @@ void FastRecvCall::Cancel(const absl::Status& status) {
 
 void FastRecvCall::Abort(const absl::Status& status) {
   std::shared_ptr<SideTransfer> transfer;
+  bool withdraw = false;
+  {
+    std::lock_guard lock(mu_);
+    // A read-ahead's value may already be on its way: it is withdrawn
+    // instead, and the receive stays posted until the producer answers
+    // (at once, or its loss ends the transfer), so that nothing arrives
+    // after it to lie unmatched in the transport.
+    withdraw = ahead_ && requested_ && cancelled_.ok() && ended_by_.ok() && slow_call_ == nullptr;
+    if (withdraw) cancelled_ = status;
+  }
+  if (withdraw) {
+    return SendToProducer(EncodeFastWithdrawal({known_.id, step_id_, request_id_}), "withdrawal");
+  }
   {
     std::lock_guard lock(mu_);
     if (ended_by_.ok()) ended_by_ = status;
@@ -243,6 +258,7 @@ void FastRecvCall::TransferDone(absl::Status status) {
 }
 
 void FastRecvCall::FetchBySlowPath(bool held) {
+  if (ahead_ && !held) return Complete(NotServedAhead(), Tensor(), false);
   // A RecvTensor call of its own, bounded as any. This call stays hooked to
   // the rendezvous and passes an abort or a cancellation on to it.
   fallback_.set_fetch_held(held);

@@ -29,12 +29,15 @@ absl::StatusOr<ControlOptions> ControlOptions::FromEnvironment(ControlOptions de
   int64_t reads = options.fast_path_reads ? 1 : 0;
   RDV_RETURN_IF_ERROR(env::ReadInt("RDV_FAST_PATH_READS", 0, 1, &reads));
   options.fast_path_reads = reads == 1;
+  uint64_t read_ahead = options.read_ahead_bytes;
+  RDV_RETURN_IF_ERROR(env::ReadBytes("RDV_READ_AHEAD_BYTES", uint64_t{1} << 40, &read_ahead));
+  options.read_ahead_bytes = static_cast<size_t>(read_ahead);
   RDV_LOG(Debug) << "RDV_PEER_TIMEOUT_MS=" << absl::ToInt64Milliseconds(options.peer_timeout)
                  << " RDV_GRPC_CHUNK_BYTES=" << chunk << " RDV_MAX_TENSOR_BYTES=" << max_tensor
                  << " TLS=" << (options.security.tls() ? "on" : "off")
                  << " cluster token=" << (options.security.token.empty() ? "none" : "set")
                  << " RDV_FAST_PATH=" << fast_path << " RDV_FAST_PATH_WRITES=" << writes
-                 << " RDV_FAST_PATH_READS=" << reads;
+                 << " RDV_FAST_PATH_READS=" << reads << " RDV_READ_AHEAD_BYTES=" << read_ahead;
   return options;
 }
 

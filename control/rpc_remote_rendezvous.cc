@@ -1,5 +1,6 @@
 #include "control/rpc_remote_rendezvous.h"
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "control/peer_handshake.h"
 #include "control/protocol.h"
 #include "control/recv_tensor_call.h"
+#include "core/dtype.h"
 #include "core/logging.h"
 
 namespace rdv::control {
@@ -98,33 +100,105 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
     std::move(done)(worker.status(), RendezvousArgs{}, args, Tensor(), false);
     return;
   }
+  Finish finish = [done = std::move(done), args, record = RecvRecord(env_->stats, key)](
+                      absl::Status status, Tensor tensor, bool is_dead) mutable {
+    record.Ended(status, tensor);
+    std::move(done)(status, RendezvousArgs{}, args, tensor, is_dead);
+  };
+  const MemoryLocation destination = RecvDestination(key, args);
+  std::optional<KnownFastKey> known = KnownFast(key, destination, **worker);
+  if (known.has_value()) {
+    std::vector<std::shared_ptr<ReadAhead::Slot>> started;
+    std::shared_ptr<ReadAhead::Slot> slot =
+        read_ahead_.Take(key.FullKey(), ReadAheadDepth(*known), &started);
+    for (std::shared_ptr<ReadAhead::Slot>& ahead : started) {
+      StartFast(key, {}, *worker, *known, ahead, [ahead](absl::Status status, Tensor value,
+                                                        bool is_dead) mutable {
+        ahead->Deliver(std::move(status), std::move(value), is_dead);
+      });
+    }
+    if (slot != nullptr) {
+      return AwaitAhead(key, args, std::move(slot),
+                        [self = shared_from_this(), key, args, worker = *worker,
+                         known = *known, finish = std::move(finish)](
+                            absl::Status status, Tensor value, bool is_dead) mutable {
+                          // Not served: this Recv asks for itself.
+                          if (IsNotServedAhead(status)) {
+                            return self->StartFast(key, args, std::move(worker),
+                                                   std::move(known), nullptr, std::move(finish));
+                          }
+                          std::move(finish)(std::move(status), std::move(value), is_dead);
+                        });
+    }
+    return StartFast(key, args, *std::move(worker), *std::move(known), nullptr,
+                     std::move(finish));
+  }
   CancellationManager* const cancel = args.cancellation_manager;
   const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
   auto detach = [self = shared_from_this(), cancel, token](AbortableCall* call) {
     self->Unhook(call, cancel, token);
   };
-  auto finish = [done = std::move(done), args, record = RecvRecord(env_->stats, key)](
-                    absl::Status status, Tensor tensor, bool is_dead) mutable {
-    record.Ended(status, tensor);
-    std::move(done)(status, RendezvousArgs{}, args, tensor, is_dead);
-  };
-  const MemoryLocation destination = RecvDestination(key, args);
-  if (std::optional<KnownFastKey> known = KnownFast(key, destination, **worker)) {
-    // Sent only if the value changed; queued releases wait for a request
-    // that surely goes.
-    RecvTensorRequest fallback = MakeRequest(key, destination, *worker, /*take_releases=*/false);
-    std::shared_ptr<FastRecvCall> call = env_->fast_path->NewRecv(
-        *std::move(worker), step_id_, std::string(key.FullKey()), *std::move(known),
-        std::move(fallback), args.landing, std::move(detach), std::move(finish));
-    Hook(call.get(), key.FullKey(), cancel, token);
-    call->Start();
-    return;
-  }
   RecvTensorRequest request = MakeRequest(key, destination, *worker);
   auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane, std::move(request),
                                   destination, std::move(detach), std::move(finish), args.landing);
   Hook(call, key.FullKey(), cancel, token);
   call->Start();
+}
+
+void RpcRemoteRendezvous::StartFast(const ParsedKey& key, const RendezvousArgs& args,
+                                    std::shared_ptr<WorkerClient> worker, KnownFastKey known,
+                                    const std::shared_ptr<ReadAhead::Slot>& ahead,
+                                    Finish finish) {
+  CancellationManager* const cancel = args.cancellation_manager;
+  const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
+  auto detach = [self = shared_from_this(), cancel, token](AbortableCall* call) {
+    self->Unhook(call, cancel, token);
+  };
+  // Sent only if the value changed; queued releases wait for a request
+  // that surely goes.
+  RecvTensorRequest fallback =
+      MakeRequest(key, MemoryLocation::Host(), worker, /*take_releases=*/false);
+  std::shared_ptr<FastRecvCall> call = env_->fast_path->NewRecv(
+      std::move(worker), step_id_, std::string(key.FullKey()), std::move(known),
+      std::move(fallback), ahead == nullptr ? args.landing : nullptr, std::move(detach),
+      std::move(finish), /*ahead=*/ahead != nullptr);
+  Hook(call.get(), key.FullKey(), cancel, token);
+  call->Start();
+}
+
+void RpcRemoteRendezvous::AwaitAhead(const ParsedKey& key, const RendezvousArgs& args,
+                                     std::shared_ptr<ReadAhead::Slot> slot, Finish finish) {
+  CancellationManager* const cancel = args.cancellation_manager;
+  if (cancel == nullptr) return slot->Claim(std::move(finish));
+  const CancellationManager::Token token = cancel->NewToken();
+  // Set by a cancellation that may have come before the claim, which then
+  // withdraws it itself.
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  auto withdraw = [self = shared_from_this(), key = std::string(key.FullKey()), slot, cancelled] {
+    cancelled->store(true);
+    self->WithdrawAhead(key, slot);
+  };
+  if (!cancel->RegisterCallback(token, withdraw)) cancelled->store(true);
+  slot->Claim([cancel, token, finish = std::move(finish)](absl::Status status, Tensor value,
+                                                         bool is_dead) mutable {
+    cancel->DeregisterCallback(token);
+    std::move(finish)(std::move(status), std::move(value), is_dead);
+  });
+  if (cancelled->load()) WithdrawAhead(std::string(key.FullKey()), slot);
+}
+
+void RpcRemoteRendezvous::WithdrawAhead(const std::string& key,
+                                        const std::shared_ptr<ReadAhead::Slot>& slot) {
+  ReadAhead::Finish withdrawn;
+  if (read_ahead_.Withdraw(key, slot, &withdrawn)) {
+    std::move(withdrawn)(RecvCancelledError(key), Tensor(), false);
+  }
+}
+
+size_t RpcRemoteRendezvous::ReadAheadDepth(const KnownFastKey& known) const {
+  const size_t bytes =
+      DTypeSize(known.dtype) * static_cast<size_t>(std::max<int64_t>(known.shape.num_elements(), 0));
+  return ReadAhead::DepthFor(env_->options.read_ahead_bytes, bytes);
 }
 
 std::optional<KnownFastKey> RpcRemoteRendezvous::KnownFast(const ParsedKey& key,
@@ -221,6 +295,7 @@ void RpcRemoteRendezvous::StartAbort(const absl::Status& status) {
   const absl::Status abort_status =
       status.ok() ? absl::AbortedError("rendezvous aborted with an OK status") : status;
   local_.StartAbort(abort_status);
+  read_ahead_.Clear();
   std::lock_guard lock(mu_);
   if (!abort_status_.ok()) return;
   abort_status_ = abort_status;

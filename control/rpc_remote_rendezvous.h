@@ -6,7 +6,9 @@
 // travels in the call's answer or through the data plane the answer names.
 //
 // Recv callbacks run on the threads listed in core/rendezvous.h, or on a
-// gRPC completion thread for remote Recvs. Each remote Recv is its own
+// gRPC completion thread or the transport's progress thread for remote
+// Recvs, or on the calling thread for a value read ahead
+// (control/read_ahead.h). Each remote Recv is its own
 // call: several Recvs of one key may reach the producer, and so get its
 // values, in another order than they were made (as in TensorFlow). A Recv
 // cancelled while the producer is serving it may take the value with it
@@ -26,6 +28,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "rdv/control/worker.pb.h"
+#include "control/fast_keys.h"
+#include "control/read_ahead.h"
 #include "control/worker_env.h"
 #include "core/intra_process_rendezvous.h"
 
@@ -55,7 +59,19 @@ class RpcRemoteRendezvous final : public Rendezvous,
   size_t CountRemoteCalls();
 
  private:
+  using Finish = ReadAhead::Finish;
   void RecvRemote(const ParsedKey& key, const RendezvousArgs& args, RecvDoneCallback done);
+  // A fast-path Recv of `key`, or the read-ahead call of `ahead` (without
+  // the Recv's landing and cancellation).
+  void StartFast(const ParsedKey& key, const RendezvousArgs& args,
+                 std::shared_ptr<WorkerClient> worker, KnownFastKey known,
+                 const std::shared_ptr<ReadAhead::Slot>& ahead, Finish finish);
+  // The Recv waits for `slot`'s value; its cancellation gives the slot back.
+  void AwaitAhead(const ParsedKey& key, const RendezvousArgs& args,
+                  std::shared_ptr<ReadAhead::Slot> slot, Finish finish);
+  void WithdrawAhead(const std::string& key, const std::shared_ptr<ReadAhead::Slot>& slot);
+  // Values of `known`'s size read ahead (ControlOptions::read_ahead_bytes).
+  size_t ReadAheadDepth(const KnownFastKey& known) const;
   // Not OK for a Recv that fails at once, as a local one does: its step was
   // aborted, or its cancellation manager was cancelled before it began.
   absl::Status RefusedAtOnce(const ParsedKey& key, const RendezvousArgs& args);
@@ -86,6 +102,7 @@ class RpcRemoteRendezvous final : public Rendezvous,
   std::recursive_mutex mu_;
   absl::Status abort_status_;                          // guarded by mu_
   absl::flat_hash_set<AbortableCall*> active_calls_;  // guarded by mu_
+  ReadAhead read_ahead_;
 };
 
 }  // namespace rdv::control

@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <optional>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,12 +29,50 @@ void LogFromPlugin(void* user, int level, const char* message) {
   }
 }
 
+// Callbacks from a plugin's thread running on this thread: a transport
+// let go of there cannot finalize there (it would join that thread).
+thread_local int callbacks_running = 0;
+
+class InCallback {
+ public:
+  InCallback() { ++callbacks_running; }
+  ~InCallback() { --callbacks_running; }
+  InCallback(const InCallback&) = delete;
+  InCallback& operator=(const InCallback&) = delete;
+};
+
+// Finalizes, each on a thread of its own, the transports whose last user
+// let go inside one of their callbacks (a buffer of transport memory held
+// by a transfer that outlived its worker); joins them at exit.
+class DeferredFinalizer {
+ public:
+  ~DeferredFinalizer() {
+    std::lock_guard lock(mu_);
+    for (std::thread& thread : threads_) thread.join();
+  }
+  void Finalize(void (*finalize)(rdv_transport_context_t), rdv_transport_context_t context) {
+    std::lock_guard lock(mu_);
+    threads_.emplace_back([finalize, context] { finalize(context); });
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread> threads_;  // mu_
+};
+
+DeferredFinalizer& Finalizer() {
+  static DeferredFinalizer finalizer;
+  return finalizer;
+}
+
 void DeliverMessage(void* user, const void* message, size_t length) {
+  const InCallback in_callback;
   (*static_cast<const MessageHandler*>(user))(
       absl::string_view(static_cast<const char*>(message), length));
 }
 
 void Trampoline(void* user, int code, const char* message) {
+  const InCallback in_callback;
   auto* done = static_cast<TransportDone*>(user);
   std::move (*done)(TransportStatus(code, message, "transfer"));
   delete done;
@@ -280,7 +321,12 @@ absl::Status Transport::Initialize() {
 }
 
 Transport::~Transport() {
-  if (context_ != nullptr) api_.finalize(context_);
+  if (context_ == nullptr) return;
+  if (callbacks_running > 0) {
+    Finalizer().Finalize(api_.finalize, context_);
+  } else {
+    api_.finalize(context_);
+  }
   // The library stays mapped: its code may still be on a stack unwinding
   // from the progress thread's last callback.
 }

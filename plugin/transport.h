@@ -120,6 +120,10 @@ class Transport : public std::enable_shared_from_this<Transport> {
   // Where Load looks, in order.
   static std::vector<std::string> SearchPath();
 
+  // Finalizes the plugin's context. The last user may let go anywhere, in
+  // one of this transport's callbacks too (memory held by a transfer that
+  // ended after its worker): finalizing there would join the thread it
+  // runs on, so it runs on a thread of its own, joined at exit.
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;

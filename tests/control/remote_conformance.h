@@ -114,6 +114,7 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     options.control.fast_path = GetParam().fast_path;
     options.control.fast_path_writes = GetParam().fast_path_writes;
     options.control.fast_path_reads = GetParam().fast_path_reads;
+    options.control.read_ahead_bytes = read_ahead_bytes_;
     // The door the environment sets up (tests/control/CMakeLists.txt runs
     // the suite once more with TLS and a token), for the producer too.
     absl::StatusOr<SecurityOptions> security = SecurityOptions::FromEnvironment();
@@ -126,6 +127,10 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     consumer_->worker_cache().SetAddress("worker", 1, consumer_->address());
     StartProducer();
   }
+
+  // The consumer's ControlOptions::read_ahead_bytes; a fixture that sets it
+  // does so before SetUp.
+  size_t read_ahead_bytes_ = ControlOptions().read_ahead_bytes;
 
   void TearDown() override {
     // A clean exit: graceful shutdown works and (under ASan) nothing leaked.
@@ -498,6 +503,18 @@ class RemoteFastPathTest : public RemoteConformanceTest {
     if (HasFatalFailure() || IsSkipped()) return;
     ASSERT_NE(consumer_->fast_path(), nullptr)
         << "RDV_FAST_PATH=1 and a data plane: it should be on";
+  }
+  // FastPathWithdrawnRecvLosesNoValue; `fast_recvs`: the fast Recvs its
+  // ten cancelled Recvs start, when each asks for itself.
+  void ExpectWithdrawnRecvsLoseNoValue(std::optional<int64_t> fast_recvs);
+};
+// The fast path with read-ahead off: a FIFO key's every Recv asks the
+// producer itself, which is what the cases of withdrawal test.
+class RemoteFastPathWithoutReadAheadTest : public RemoteFastPathTest {
+ protected:
+  void SetUp() override {
+    read_ahead_bytes_ = 0;
+    RemoteFastPathTest::SetUp();
   }
 };
 // Every setting, where there is a GPU: without one, skipped before SetUp

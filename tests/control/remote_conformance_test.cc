@@ -353,6 +353,8 @@ INSTANTIATE_TEST_SUITE_P(Protocols, RemoteUcxTest, ::testing::ValuesIn(SettingsW
                          SettingName);
 INSTANTIATE_TEST_SUITE_P(Protocols, RemoteFastPathTest,
                          ::testing::ValuesIn(SettingsWhere(HasFastPath)), SettingName);
+INSTANTIATE_TEST_SUITE_P(Protocols, RemoteFastPathWithoutReadAheadTest,
+                         ::testing::ValuesIn(SettingsWhere(HasFastPath)), SettingName);
 INSTANTIATE_TEST_SUITE_P(Protocols, RemoteGpuTest, ::testing::ValuesIn(ConformanceSettings()),
                          SettingName);
 

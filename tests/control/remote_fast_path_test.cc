@@ -8,6 +8,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "control/fast_path.h"
+#include "control/rpc_remote_rendezvous.h"
 #include "core/buffer.h"
 #include "tests/control/remote_conformance.h"
 
@@ -128,10 +129,12 @@ TEST_P(RemoteFastPathTest, FastPathChangedShapeIsFetchedWholeOnce) {
 
 // A fast Recv's landing buffer of the value's size is its destination: the
 // tagged send writes there and nothing copies after. One of another size
-// is left alone.
+// is left alone. The value is larger than the read-ahead budget, so each
+// Recv asks for itself.
 TEST_P(RemoteFastPathTest, FastPathRecvLandsInTheCallersBuffer) {
   const ParsedKey key = Key("lands");
-  constexpr int64_t kBytes = int64_t{256} << 10;
+  constexpr int64_t kBytes = int64_t{512} << 10;
+  static_assert(kBytes > ControlOptions().read_ahead_bytes);
   ASSERT_TRUE(Produce(76, {Item(key, DType::kUInt8, {kBytes}, 1)}).ok());
   ExpectPattern(76, key, 1, static_cast<size_t>(kBytes));
   for (const bool fits : {true, false}) {
@@ -196,48 +199,80 @@ TEST_P(RemoteFastPathTest, FastPathRecvEndsByAbortTimeoutAndCancel) {
 // A fast Recv that times out or is cancelled is withdrawn at the producer
 // before it ends: the values sent after it go to the next Recvs, in order.
 // A withdrawal that crosses its value loses nothing either: the Recv ends
-// with the value, or the value waits for the next Recv.
+// with the value, or the value waits for the next Recv. Each Recv asks the
+// producer itself (read-ahead off).
+TEST_P(RemoteFastPathWithoutReadAheadTest, FastPathWithdrawnRecvLosesNoValue) {
+  ExpectWithdrawnRecvsLoseNoValue(/*fast_recvs=*/10);
+}
+
+// With read-ahead, a cancelled Recv gives back the value it waited for,
+// and the next Recv takes it: the same promise.
 TEST_P(RemoteFastPathTest, FastPathWithdrawnRecvLosesNoValue) {
-  constexpr int64_t kStep = 76;
-  const ParsedKey key = Key("withdrawn");
-  ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, 1)}).ok());
-  ExpectPattern(kStep, key, 1, 32);
-  const double producer_refused =
-      CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total");
-  const int64_t fast_before = consumer_->fast_path()->recvs_started();
-  Tensor value;
-  bool is_dead = false;
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(Recv(kStep, key, &value, &is_dead, absl::Milliseconds(20)).code(),
-              absl::StatusCode::kDeadlineExceeded);
-    RecvResult cancelled;
-    ASSERT_TRUE(RecvThenCancel(*consumer_->rendezvous_mgr().Find(kStep), key, &cancelled));
-    EXPECT_EQ(cancelled.status.code(), absl::StatusCode::kCancelled) << cancelled.status;
+  ExpectWithdrawnRecvsLoseNoValue(/*fast_recvs=*/std::nullopt);
+}
+
+
+// A key received several times in a step is read ahead: its values come
+// in the order they were sent, whatever they do (change shape, die, come
+// before or after their Recvs). At the step's cleanup the values read
+// ahead and the requests still waiting end on both sides, and the key
+// works in the next step.
+TEST_P(RemoteFastPathTest, FastPathReadAheadKeepsAFifoKeysOrder) {
+  constexpr int64_t kStep = 79;
+  const ParsedKey key = Key("fifo");
+  ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {16}, 1)}).ok());
+  ExpectPattern(kStep, key, 1, 64);
+  const int64_t ahead_before = consumer_->fast_path()->read_ahead();
+  constexpr uint32_t kLast = 40;
+  constexpr uint32_t kDead = 25;
+  auto floats = [](uint32_t seed) { return seed % 10 == 0 ? int64_t{32} : int64_t{16}; };
+  std::vector<ProduceItem> items;
+  for (uint32_t seed = 2; seed <= kLast; ++seed) {
+    items.push_back(Item(key, DType::kFloat, {floats(seed)}, seed));
+    items.back().set_is_dead(seed == kDead);
   }
-  EXPECT_EQ(consumer_->fast_path()->recvs_started() - fast_before, 10);
-  for (uint32_t seed = 2; seed <= 4; ++seed) {
-    ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, seed)}).ok());
-  }
-  for (uint32_t seed = 2; seed <= 4; ++seed) ExpectPattern(kStep, key, seed, 32);
-  for (uint32_t seed = 10; seed < 30; ++seed) {
-    ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, seed)}).ok());
-    RecvResult crossed;
-    ASSERT_TRUE(RecvThenCancel(*consumer_->rendezvous_mgr().Find(kStep), key, &crossed));
-    if (crossed.status.ok()) {
-      EXPECT_TRUE(VerifyPattern(crossed.value, seed).ok()) << seed;
+  const auto later = items.begin() + 20;
+  ASSERT_TRUE(Produce(kStep, {items.begin(), later}).ok());
+  for (uint32_t seed = 2; seed <= kLast; ++seed) {
+    if (seed == 22) {  // the first 20 were received: read-aheads wait for these
+      ASSERT_TRUE(Produce(kStep, {later, items.end()}).ok());
+    }
+    if (seed != kDead) {
+      ExpectPattern(kStep, key, seed, static_cast<size_t>(floats(seed)) * 4);
       continue;
     }
-    EXPECT_EQ(crossed.status.code(), absl::StatusCode::kCancelled) << crossed.status;
-    ExpectPattern(kStep, key, seed, 32);
+    Tensor value;
+    bool is_dead = false;
+    ASSERT_TRUE(Recv(kStep, key, &value, &is_dead).ok());
+    EXPECT_TRUE(is_dead);
   }
-  EXPECT_EQ(CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total"),
-            producer_refused);
+  EXPECT_GT(consumer_->fast_path()->read_ahead() - ahead_before, 0);
   EXPECT_EQ(consumer_->fast_path()->refused(), 0);
+
+  ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {16}, 90)}).ok());  // never received
+  auto ended = std::static_pointer_cast<RpcRemoteRendezvous>(
+      consumer_->rendezvous_mgr().Find(kStep));
+  EXPECT_GT(ended->CountRemoteCalls(), 0u) << "no value was asked for ahead";
+  consumer_->rendezvous_mgr().Cleanup(kStep);
+  EXPECT_TRUE(rdv::testing::PollUntil([&] { return ended->CountRemoteCalls() == 0; }))
+      << ended->CountRemoteCalls() << " read-ahead calls outlived their step";
+  WorkerCall([&](grpc::ClientContext* context) {
+    CleanupStepRequest request;
+    request.set_step_id(kStep);
+    CleanupStepResponse response;
+    return worker_stub_->CleanupStep(context, request, &response);
+  });
+  EXPECT_TRUE(rdv::testing::PollUntil([&] { return HeldInAll(Holdings()) == 0; }))
+      << HeldInAll(Holdings()) << " values still held after the step's cleanup";
+  ASSERT_TRUE(Produce(kStep + 1, {Item(key, DType::kFloat, {16}, 91)}).ok());
+  ExpectPattern(kStep + 1, key, 91, 64);
 }
 
 // A producer keeps at most FastPath::kMaxWaitingRequests requests waiting;
 // the Recvs past that are told to ask by RecvTensor, and every value still
-// arrives, right.
+// arrives, right. The Recvs read ahead: a read-ahead the producer does not
+// serve takes no value by RecvTensor (none is left waiting for a value
+// another took), and the Recv that claims its slot asks for itself.
 TEST_P(RemoteFastPathTest, FastPathBoundsTheRequestsWaitingAtTheProducer) {
   constexpr int64_t kStep = 77;
   constexpr size_t kOver = 16;
@@ -353,4 +388,45 @@ TEST_P(RemoteFastPathTest, FastPathProducerDeathFailsTheRecv) {
 }
 
 }  // namespace
+
+void RemoteFastPathTest::ExpectWithdrawnRecvsLoseNoValue(std::optional<int64_t> fast_recvs) {
+  constexpr int64_t kStep = 76;
+  const ParsedKey key = Key("withdrawn");
+  ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, 1)}).ok());
+  ExpectPattern(kStep, key, 1, 32);
+  const double producer_refused =
+      CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total");
+  const int64_t fast_before = consumer_->fast_path()->recvs_started();
+  Tensor value;
+  bool is_dead = false;
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(Recv(kStep, key, &value, &is_dead, absl::Milliseconds(20)).code(),
+              absl::StatusCode::kDeadlineExceeded);
+    RecvResult cancelled;
+    ASSERT_TRUE(RecvThenCancel(*consumer_->rendezvous_mgr().Find(kStep), key, &cancelled));
+    EXPECT_EQ(cancelled.status.code(), absl::StatusCode::kCancelled) << cancelled.status;
+  }
+  if (fast_recvs.has_value()) {
+    EXPECT_EQ(consumer_->fast_path()->recvs_started() - fast_before, *fast_recvs);
+  }
+  for (uint32_t seed = 2; seed <= 4; ++seed) {
+    ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, seed)}).ok());
+  }
+  for (uint32_t seed = 2; seed <= 4; ++seed) ExpectPattern(kStep, key, seed, 32);
+  for (uint32_t seed = 10; seed < 30; ++seed) {
+    ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, seed)}).ok());
+    RecvResult crossed;
+    ASSERT_TRUE(RecvThenCancel(*consumer_->rendezvous_mgr().Find(kStep), key, &crossed));
+    if (crossed.status.ok()) {
+      EXPECT_TRUE(VerifyPattern(crossed.value, seed).ok()) << seed;
+      continue;
+    }
+    EXPECT_EQ(crossed.status.code(), absl::StatusCode::kCancelled) << crossed.status;
+    ExpectPattern(kStep, key, seed, 32);
+  }
+  EXPECT_EQ(CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total"),
+            producer_refused);
+  EXPECT_EQ(consumer_->fast_path()->refused(), 0);
+}
+
 }  // namespace rdv::control::remote_test
