@@ -57,7 +57,7 @@ struct ControlOptions {
   // (RDV_UCX_MEMORY=mapped, RDV_UCX_OP=get), where the read is one copy.
   // RDV_FAST_PATH_READS (0 or 1).
   bool fast_path_reads = false;
-  // From a key's second Recv in a step on, this worker asks for the key's
+  // From a key's second fast Recv in a step on, this worker asks for the key's
   // next values before their Recvs, up to this many bytes of them (and at
   // most ReadAhead::kMaxValues), and a Recv finds its value here
   // (control/read_ahead.h). Costs that much memory per key received so, in

@@ -6,9 +6,9 @@
 // (docs/fast_path.md, "Read-ahead").
 //
 // One per step's rendezvous (control/rpc_remote_rendezvous.h): what it
-// holds goes with the step. A key's first Recv in a step reads nothing
+// holds goes with the step. A key's first fast Recv in a step reads nothing
 // ahead, so a key that recurs once per step (the same edge in the next
-// step) costs nothing. From its second Recv on, each Recv takes the oldest
+// step) costs nothing. From its second on, each Recv takes the oldest
 // slot and tops the key up so that `depth` more are asked for. Slots hand
 // their values out in the order they were asked for, which is the order
 // the producer took them.

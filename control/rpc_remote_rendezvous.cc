@@ -108,41 +108,43 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
   const MemoryLocation destination = RecvDestination(key, args);
   std::optional<KnownFastKey> known = KnownFast(key, destination, **worker);
   if (known.has_value()) {
-    std::vector<std::shared_ptr<ReadAhead::Slot>> started;
-    std::shared_ptr<ReadAhead::Slot> slot =
-        read_ahead_.Take(key.FullKey(), ReadAheadDepth(*known), &started);
-    for (std::shared_ptr<ReadAhead::Slot>& ahead : started) {
-      StartFast(key, {}, *worker, *known, ahead, [ahead](absl::Status status, Tensor value,
-                                                        bool is_dead) mutable {
-        ahead->Deliver(std::move(status), std::move(value), is_dead);
-      });
-    }
-    if (slot != nullptr) {
-      return AwaitAhead(key, args, std::move(slot),
-                        [self = shared_from_this(), key, args, worker = *worker,
-                         known = *known, finish = std::move(finish)](
-                            absl::Status status, Tensor value, bool is_dead) mutable {
-                          // Not served: this Recv asks for itself.
-                          if (IsNotServedAhead(status)) {
-                            return self->StartFast(key, args, std::move(worker),
-                                                   std::move(known), nullptr, std::move(finish));
-                          }
-                          std::move(finish)(std::move(status), std::move(value), is_dead);
-                        });
-    }
-    return StartFast(key, args, *std::move(worker), *std::move(known), nullptr,
-                     std::move(finish));
+    return RecvKnown(key, args, *std::move(worker), *std::move(known), std::move(finish));
   }
   CancellationManager* const cancel = args.cancellation_manager;
   const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
-  auto detach = [self = shared_from_this(), cancel, token](AbortableCall* call) {
-    self->Unhook(call, cancel, token);
-  };
   RecvTensorRequest request = MakeRequest(key, destination, *worker);
   auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane, std::move(request),
-                                  destination, std::move(detach), std::move(finish), args.landing);
+                                  destination, DetachFrom(cancel, token), std::move(finish),
+                                  args.landing);
   Hook(call, key.FullKey(), cancel, token);
   call->Start();
+}
+
+void RpcRemoteRendezvous::RecvKnown(const ParsedKey& key, const RendezvousArgs& args,
+                                    std::shared_ptr<WorkerClient> worker, KnownFastKey known,
+                                    Finish finish) {
+  std::vector<std::shared_ptr<ReadAhead::Slot>> started;
+  std::shared_ptr<ReadAhead::Slot> slot =
+      read_ahead_.Take(key.FullKey(), ReadAheadDepth(known), &started);
+  for (std::shared_ptr<ReadAhead::Slot>& ahead : started) {
+    StartFast(key, {}, worker, known, ahead,
+              [ahead](absl::Status status, Tensor value, bool is_dead) mutable {
+                ahead->Deliver(std::move(status), std::move(value), is_dead);
+              });
+  }
+  if (slot == nullptr) {
+    return StartFast(key, args, std::move(worker), std::move(known), nullptr, std::move(finish));
+  }
+  AwaitAhead(key, args, std::move(slot),
+             [self = shared_from_this(), key, args, worker, known, finish = std::move(finish)](
+                 absl::Status status, Tensor value, bool is_dead) mutable {
+               // Not served: this Recv asks for itself.
+               if (IsNotServedAhead(status)) {
+                 return self->StartFast(key, args, std::move(worker), std::move(known), nullptr,
+                                        std::move(finish));
+               }
+               std::move(finish)(std::move(status), std::move(value), is_dead);
+             });
 }
 
 void RpcRemoteRendezvous::StartFast(const ParsedKey& key, const RendezvousArgs& args,
@@ -151,16 +153,13 @@ void RpcRemoteRendezvous::StartFast(const ParsedKey& key, const RendezvousArgs& 
                                     Finish finish) {
   CancellationManager* const cancel = args.cancellation_manager;
   const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
-  auto detach = [self = shared_from_this(), cancel, token](AbortableCall* call) {
-    self->Unhook(call, cancel, token);
-  };
   // Sent only if the value changed; queued releases wait for a request
   // that surely goes.
   RecvTensorRequest fallback =
       MakeRequest(key, MemoryLocation::Host(), worker, /*take_releases=*/false);
   std::shared_ptr<FastRecvCall> call = env_->fast_path->NewRecv(
       std::move(worker), step_id_, std::string(key.FullKey()), std::move(known),
-      std::move(fallback), ahead == nullptr ? args.landing : nullptr, std::move(detach),
+      std::move(fallback), ahead == nullptr ? args.landing : nullptr, DetachFrom(cancel, token),
       std::move(finish), /*ahead=*/ahead != nullptr);
   Hook(call.get(), key.FullKey(), cancel, token);
   call->Start();
@@ -196,8 +195,8 @@ void RpcRemoteRendezvous::WithdrawAhead(const std::string& key,
 }
 
 size_t RpcRemoteRendezvous::ReadAheadDepth(const KnownFastKey& known) const {
-  const size_t bytes =
-      DTypeSize(known.dtype) * static_cast<size_t>(std::max<int64_t>(known.shape.num_elements(), 0));
+  const int64_t elements = std::max<int64_t>(known.shape.num_elements(), 0);
+  const size_t bytes = DTypeSize(known.dtype) * static_cast<size_t>(elements);
   return ReadAhead::DepthFor(env_->options.read_ahead_bytes, bytes);
 }
 
@@ -256,6 +255,13 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
         "Recv of '", key.FullKey(), "' timed out after ", absl::FormatDuration(timeout)));
   }
   return status;
+}
+
+RecvTensorCall::Detach RpcRemoteRendezvous::DetachFrom(CancellationManager* cancel,
+                                                       CancellationManager::Token token) {
+  return [self = shared_from_this(), cancel, token](AbortableCall* call) {
+    self->Unhook(call, cancel, token);
+  };
 }
 
 void RpcRemoteRendezvous::Hook(AbortableCall* call, absl::string_view key,

@@ -30,12 +30,11 @@
 #include "rdv/control/worker.pb.h"
 #include "control/fast_keys.h"
 #include "control/read_ahead.h"
+#include "control/recv_tensor_call.h"
 #include "control/worker_env.h"
 #include "core/intra_process_rendezvous.h"
 
 namespace rdv::control {
-
-class AbortableCall;
 
 class RpcRemoteRendezvous final : public Rendezvous,
                                   public std::enable_shared_from_this<RpcRemoteRendezvous> {
@@ -61,6 +60,9 @@ class RpcRemoteRendezvous final : public Rendezvous,
  private:
   using Finish = ReadAhead::Finish;
   void RecvRemote(const ParsedKey& key, const RendezvousArgs& args, RecvDoneCallback done);
+  // A Recv of a key the fast path knows: from a slot read ahead, or its own.
+  void RecvKnown(const ParsedKey& key, const RendezvousArgs& args,
+                 std::shared_ptr<WorkerClient> worker, KnownFastKey known, Finish finish);
   // A fast-path Recv of `key`, or the read-ahead call of `ahead` (without
   // the Recv's landing and cancellation).
   void StartFast(const ParsedKey& key, const RendezvousArgs& args,
@@ -90,6 +92,8 @@ class RpcRemoteRendezvous final : public Rendezvous,
   void Hook(AbortableCall* call, absl::string_view key, CancellationManager* cancel,
             CancellationManager::Token token);
   void Unhook(AbortableCall* call, CancellationManager* cancel, CancellationManager::Token token);
+  // A call's detach: Unhook, keeping this rendezvous until the call ends.
+  RecvTensorCall::Detach DetachFrom(CancellationManager* cancel, CancellationManager::Token token);
   // The abort status when aborted (the call must then end at once).
   absl::Status Track(AbortableCall* call);
   void Untrack(AbortableCall* call);
