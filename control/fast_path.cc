@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
@@ -29,7 +30,20 @@ FastPath::FastPath(const WorkerEnv& env, RendezvousMgr& rendezvous_mgr, TensorSe
 
 FastPath::~FastPath() { Stop(); }
 
-void FastPath::Stop() { env_.data_plane->SetMessageSink(nullptr); }
+void FastPath::Stop() {
+  env_.data_plane->SetMessageSink(nullptr);
+  std::vector<std::shared_ptr<FastRecvCall>> unanswered;
+  {
+    std::lock_guard lock(waiting_->mu);
+    waiting_->stopped = true;
+    for (const auto& [request_id, weak] : waiting_->calls) {
+      if (std::shared_ptr<FastRecvCall> call = weak.lock()) unanswered.push_back(std::move(call));
+    }
+  }
+  for (const std::shared_ptr<FastRecvCall>& call : unanswered) {
+    call->End(absl::CancelledError("the worker is shutting down"));
+  }
+}
 
 std::shared_ptr<FastRecvCall> FastPath::NewRecv(std::shared_ptr<WorkerClient> worker,
                                                 int64_t step_id, std::string key,

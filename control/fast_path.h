@@ -81,6 +81,7 @@ class FastRecvCall;
 struct FastWaiting {
   std::mutex mu;
   absl::flat_hash_map<uint64_t, std::weak_ptr<FastRecvCall>> calls;  // mu
+  bool stopped = false;  // mu: no notice is taken any more (FastPath::Stop)
 };
 
 class FastPath {
@@ -92,8 +93,10 @@ class FastPath {
   // given outlives this.
   FastPath(const WorkerEnv& env, RendezvousMgr& rendezvous_mgr, TensorService& tensors);
   ~FastPath();
-  // Takes no more messages (waits for one being taken). Before the steps
-  // are cleaned up at shutdown: no request then starts a wait on a step.
+  // Takes no more messages (waits for one being taken), and ends the
+  // fast Recvs that wait for a notice, which cannot come now. Before the
+  // steps are cleaned up at shutdown: no request then starts a wait on a
+  // step.
   void Stop();
   FastPath(const FastPath&) = delete;
   FastPath& operator=(const FastPath&) = delete;
@@ -207,6 +210,9 @@ class FastRecvCall final : public AbortableCall,
 
   // Posts the receive and sends the request.
   void Start();
+  // Ends the Recv with `status` without asking the producer (Abort, but
+  // never by a withdrawal).
+  void End(const absl::Status& status);
   // Safe under the caller's locks: nothing here finishes the Recv. A
   // read-ahead whose request went is withdrawn as by Cancel, and ends with
   // `status` once the producer answers (or with the value it took).

@@ -142,20 +142,31 @@ void FastRecvCall::Cancel(const absl::Status& status) {
 }
 
 void FastRecvCall::Abort(const absl::Status& status) {
-  std::shared_ptr<SideTransfer> transfer;
+  bool answers_taken = false;
+  {
+    std::lock_guard lock(waiting_->mu);
+    answers_taken = !waiting_->stopped;
+  }
   bool withdraw = false;
   {
     std::lock_guard lock(mu_);
     // A read-ahead's value may already be on its way: it is withdrawn
     // instead, and the receive stays posted until the producer answers
-    // (at once, or its loss ends the transfer), so that nothing arrives
-    // after it to lie unmatched in the transport.
-    withdraw = ahead_ && requested_ && cancelled_.ok() && ended_by_.ok() && slow_call_ == nullptr;
+    // (at once, or its loss ends the transfer; FastPath::Stop ends it when
+    // answers are no longer taken), so that nothing arrives after it to
+    // lie unmatched in the transport.
+    withdraw = answers_taken && ahead_ && requested_ && cancelled_.ok() && ended_by_.ok() &&
+               slow_call_ == nullptr;
     if (withdraw) cancelled_ = status;
   }
   if (withdraw) {
     return SendToProducer(EncodeFastWithdrawal({known_.id, step_id_, request_id_}), "withdrawal");
   }
+  End(status);
+}
+
+void FastRecvCall::End(const absl::Status& status) {
+  std::shared_ptr<SideTransfer> transfer;
   {
     std::lock_guard lock(mu_);
     if (ended_by_.ok()) ended_by_ = status;
