@@ -27,8 +27,10 @@ void EndpointCache::Shutdown() {
   // Outside the lock: an abort runs the endpoint's callbacks.
   for (const Endpoint& endpoint : endpoints) endpoint->Abort();
   for (auto& [address, pending] : abandoned) {
-    for (Ready& ready : pending.waiting) {
-      std::move(ready)(absl::CancelledError("the data plane is shutting down"));
+    for (std::vector<Ready>* callers : {&pending.waiting, &pending.after_forget}) {
+      for (Ready& ready : *callers) {
+        std::move(ready)(absl::CancelledError("the data plane is shutting down"));
+      }
     }
   }
 }
@@ -47,7 +49,8 @@ void EndpointCache::With(const std::string& address, Ready ready) {
     return;
   }
   auto [it, first] = pending_.try_emplace(address);
-  it->second.waiting.push_back(std::move(ready));
+  Pending& pending = it->second;
+  (pending.forgotten ? pending.after_forget : pending.waiting).push_back(std::move(ready));
   if (!first) return;
   queue_.push_back(address);
   lock.unlock();
@@ -93,8 +96,7 @@ void EndpointCache::Connect(const std::string& address) {
         outcome = *endpoint;
       }
       if (waiting.empty()) {
-        if (outcome.ok()) endpoints_[address] = *std::move(outcome);
-        pending_.erase(it);
+        EndConnect(address, std::move(outcome));
         return;
       }
     }
@@ -102,9 +104,28 @@ void EndpointCache::Connect(const std::string& address) {
   }
 }
 
+void EndpointCache::EndConnect(const std::string& address, absl::StatusOr<Endpoint> outcome) {
+  auto it = pending_.find(address);
+  Pending& pending = it->second;
+  if (!pending.forgotten) {
+    if (outcome.ok()) endpoints_[address] = *std::move(outcome);
+    pending_.erase(it);
+    return;
+  }
+  if (pending.after_forget.empty()) {
+    pending_.erase(it);
+    return;
+  }
+  pending.waiting = std::move(pending.after_forget);
+  pending.after_forget.clear();
+  pending.forgotten = false;
+  queue_.push_back(address);  // the connector loop takes it next
+}
+
 void EndpointCache::Forget(const std::string& address) {
   std::lock_guard lock(mu_);
   endpoints_.erase(address);
+  if (auto it = pending_.find(address); it != pending_.end()) it->second.forgotten = true;
 }
 
 void EndpointCache::PeerLost(const std::string& address) {

@@ -39,7 +39,9 @@ class EndpointCache {
   // address are called back in the order they called.
   void With(const std::string& address, Ready ready);
   // Drops the endpoint to `address`: a failed transfer may have left it out
-  // of service (a verbs QP in the error state), so the next one connects anew.
+  // of service (a verbs QP in the error state), so the next caller connects
+  // anew. One still handing out a just-made endpoint is not kept, and
+  // callers who come after the Forget wait for a new connect.
   void Forget(const std::string& address);
   // The peer at `address` is lost: its endpoint is aborted (what is in
   // flight on it ends at once) and dropped, and a connect in flight to it
@@ -55,9 +57,16 @@ class EndpointCache {
   struct Pending {
     std::vector<Ready> waiting;
     bool peer_lost = false;
+    // Forget came while this connect's callers were being called back: the
+    // endpoint is not kept, and later callers wait in `after_forget`.
+    bool forgotten = false;
+    std::vector<Ready> after_forget;
   };
   void ConnectLoop();
   void Connect(const std::string& address);
+  // With mu_ held, once a connect's callers are all called back: keeps the
+  // endpoint, or connects anew for callers who came after a Forget.
+  void EndConnect(const std::string& address, absl::StatusOr<Endpoint> outcome);
 
   std::shared_ptr<const plugin::Transport> transport_;
   std::mutex mu_;

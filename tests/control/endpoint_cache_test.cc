@@ -9,6 +9,7 @@
 #include "core/notification.h"
 #include "gtest/gtest.h"
 #include "plugin/transport.h"
+#include "tests/test_util.h"
 
 namespace rdv::control {
 namespace {
@@ -61,11 +62,15 @@ TEST_F(EndpointCacheTest, ConnectsOffTheCallersThreadOnceAndKeepsTheEndpoint) {
   ASSERT_TRUE(second.status.ok()) << second.status;
   EXPECT_NE(first.thread, std::this_thread::get_id());
   EXPECT_EQ(first.endpoint, second.endpoint) << "one connect for both";
-  Heard kept;
-  cache.With(peer_address_, kept.Callback());
-  ASSERT_TRUE(kept.done.HasBeenNotified()) << "a kept endpoint is handed over at once";
-  EXPECT_EQ(kept.thread, std::this_thread::get_id());
-  EXPECT_EQ(kept.endpoint, first.endpoint);
+  // The endpoint is kept once the connector has called back everyone who
+  // asked meanwhile; from then on it is handed over at once, on this thread.
+  EXPECT_TRUE(rdv::testing::PollUntil([&] {
+    Heard kept;
+    cache.With(peer_address_, kept.Callback());
+    if (!kept.done.WaitForNotificationWithTimeout(kWait)) return false;
+    EXPECT_EQ(kept.endpoint, first.endpoint) << "no second connect";
+    return kept.thread == std::this_thread::get_id();
+  })) << "a kept endpoint is handed over at once";
 }
 
 TEST_F(EndpointCacheTest, AFailedConnectReachesItsCallerAndIsNotKept) {
@@ -92,6 +97,27 @@ TEST_F(EndpointCacheTest, ForgottenEndpointIsMadeAnew) {
   ASSERT_TRUE(second.done.WaitForNotificationWithTimeout(kWait));
   ASSERT_TRUE(second.status.ok()) << second.status;
   EXPECT_NE(second.endpoint, first.endpoint);
+}
+
+// A failed transfer may forget the endpoint while its connect is still
+// calling back the callers who waited for it: it must not be kept then.
+TEST_F(EndpointCacheTest, AnEndpointForgottenWhileHandedOutIsNotKept) {
+  EndpointCache cache(own_);
+  Heard first, during, after;
+  cache.With(peer_address_, [&](absl::StatusOr<EndpointCache::Endpoint> outcome) {
+    cache.Forget(peer_address_);
+    cache.With(peer_address_, during.Callback());
+    EXPECT_FALSE(during.done.HasBeenNotified()) << "asked after the Forget: connects anew";
+    first.Callback()(std::move(outcome));
+  });
+  ASSERT_TRUE(first.done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(during.done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  ASSERT_TRUE(during.status.ok()) << during.status;
+  EXPECT_NE(during.endpoint, first.endpoint);
+  cache.With(peer_address_, after.Callback());
+  ASSERT_TRUE(after.done.WaitForNotificationWithTimeout(kWait));
+  EXPECT_EQ(after.endpoint, during.endpoint) << "the new endpoint is kept";
 }
 
 TEST_F(EndpointCacheTest, AfterShutdownEveryCallerHearsCancelledAtOnce) {
