@@ -37,7 +37,7 @@ struct ResultFiles {
   std::string subject;   // "rdv:<protocol>" or "grpc-raw"
   std::string protocol;
   std::string keys;      // "recurring" or "first" (rdv-bench --keys)
-  bool verified = true;  // every received byte was checked
+  bool verified = true;  // checked: apps/rdv_bench.cc says how much
   std::string json;
   std::string csv;
   std::string plot;      // a PNG drawn by gnuplot, its data beside it as .csv

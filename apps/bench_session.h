@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
 #include <string>
 #include <utility>
@@ -57,15 +58,24 @@ class BenchSession {
   std::string Placement() const;
 
  private:
-  absl::Status Produce(int64_t step, int64_t size, int count, uint32_t seed);
+  // Has the peer Send `count` tensors of `size` bytes in `step`, on a thread
+  // of its own: the timed loop never pauses for it, for a pause would let
+  // transfers a read-ahead has in flight go on untimed. A Send that fails
+  // aborts the step, so that no Recv waits for it.
+  absl::Status StartProduce(int64_t step, int64_t size, int count, uint32_t seed);
+  // The last StartProduce's outcome, once it has ended.
+  absl::Status AwaitProduce();
+  absl::Status Produce(const ProduceRequest& request);
   // Receives `count` tensors at once (one window of --in_flight) into
   // `received`; appends each transfer's seconds to `latencies`.
   absl::Status Receive(int64_t step, int64_t size, int count, std::vector<double>* latencies,
                        std::vector<Tensor>* received);
   // One unary FetchBytes call (--subject grpc-raw).
   absl::Status FetchRaw(int64_t size, std::vector<double>* latencies);
-  // Checks every byte, unless verify is off.
-  absl::Status Verify(const std::vector<Tensor>& received, uint32_t seed);
+  // Checks every byte (`whole`) or a few blocks of each tensor, unless
+  // verify is off. The timed loop checks a few: checking every byte there
+  // is a pause, as above.
+  absl::Status Verify(const std::vector<Tensor>& received, uint32_t seed, bool whole);
   // Blocks the consumer's pool has registered so far (0 without a data plane).
   uint64_t PoolRegistrations();
   // The key the next Produce item carries.
@@ -85,6 +95,7 @@ class BenchSession {
   std::string key_;
   int64_t next_key_ = 0;
   std::deque<std::string> keys_sent_;  // --keys first: produced, not received yet, in order
+  std::future<absl::Status> producing_;  // the last StartProduce
 };
 
 }  // namespace rdv::control

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -53,30 +54,57 @@ absl::StatusOr<Tensor> MakePatternTensor(DType dtype, const TensorShape& shape, 
   return tensor;
 }
 
-absl::Status VerifyPattern(const Tensor& tensor, uint32_t seed) {
+namespace {
+
+absl::Status VerifyStrings(const Tensor& tensor, uint32_t seed) {
+  for (int64_t j = 0; j < tensor.num_elements(); ++j) {
+    if (tensor.flat<std::string>()[j] != PatternString(j, seed)) {
+      return absl::DataLossError(absl::StrCat("string element ", j, " differs"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VerifyBlock(const Tensor& tensor, uint64_t block, uint32_t seed) {
+  const size_t offset = block * kBlock;
+  const size_t length = std::min(kBlock, tensor.TotalBytes() - offset);
+  const auto* bytes = tensor.flat<uint8_t>() + offset;
+  const uint8_t* want = BlockPattern(block, seed);
+  if (std::memcmp(bytes, want, length) == 0) return absl::OkStatus();
+  size_t i = 0;
+  while (bytes[i] == want[i]) ++i;
+  return absl::DataLossError(absl::StrCat("byte ", offset + i, " of ", tensor.TotalBytes(),
+                                          " differs: got ", bytes[i], ", want ", want[i]));
+}
+
+absl::Status VerifyBlocks(const Tensor& tensor, uint32_t seed, size_t most) {
   if (!tensor.location().is_host()) {
     return absl::InvalidArgumentError("VerifyPattern needs a host tensor");
   }
-  if (tensor.dtype() == DType::kString) {
-    for (int64_t j = 0; j < tensor.num_elements(); ++j) {
-      if (tensor.flat<std::string>()[j] != PatternString(j, seed)) {
-        return absl::DataLossError(absl::StrCat("string element ", j, " differs"));
-      }
+  if (tensor.dtype() == DType::kString) return VerifyStrings(tensor, seed);
+  const uint64_t blocks = (tensor.TotalBytes() + kBlock - 1) / kBlock;
+  if (blocks <= most) {
+    for (uint64_t block = 0; block < blocks; ++block) {
+      RDV_RETURN_IF_ERROR(VerifyBlock(tensor, block, seed));
     }
     return absl::OkStatus();
   }
-  const auto* bytes = tensor.flat<uint8_t>();
-  for (size_t offset = 0; offset < tensor.TotalBytes(); offset += kBlock) {
-    const size_t length = std::min(kBlock, tensor.TotalBytes() - offset);
-    const uint8_t* want = BlockPattern(offset / kBlock, seed);
-    if (std::memcmp(bytes + offset, want, length) == 0) continue;
-    size_t i = 0;
-    while (bytes[offset + i] == want[i]) ++i;
-    return absl::DataLossError(absl::StrCat("byte ", offset + i, " of ", tensor.TotalBytes(),
-                                            " differs: got ", bytes[offset + i], ", want ",
-                                            want[i]));
+  // The first block, the last, and the rest evenly between them.
+  const uint64_t gaps = std::max<uint64_t>(most - 1, 1);
+  for (uint64_t i = 0; i < most; ++i) {
+    RDV_RETURN_IF_ERROR(VerifyBlock(tensor, i * (blocks - 1) / gaps, seed));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status VerifyPattern(const Tensor& tensor, uint32_t seed) {
+  return VerifyBlocks(tensor, seed, std::numeric_limits<size_t>::max());
+}
+
+absl::Status VerifyPatternSample(const Tensor& tensor, uint32_t seed, size_t blocks) {
+  return VerifyBlocks(tensor, seed, std::max<size_t>(blocks, 1));
 }
 
 }  // namespace rdv::control

@@ -1,6 +1,7 @@
 // The fixture of the cross-process conformance suite (its cases are in
-// remote_conformance_test.cc, remote_failure_test.cc and
-// remote_protocol_test.cc, one binary): this test process runs the
+// remote_conformance_test.cc, remote_failure_test.cc,
+// remote_protocol_test.cc and remote_fast_path_test.cc, one binary; the
+// fast path's fixtures in remote_fast_path.h): this test process runs the
 // consumer worker (task 1, an embedded WorkerServer) and spawns the
 // producer worker (task 0, a real rdv-worker with its driver on) on
 // 127.0.0.1. Every protocol instantiates it; every wait is bounded.
@@ -495,28 +496,6 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
 // under emulation.
 class RemoteDataPlaneTest : public RemoteConformanceTest {};  // not protocol grpc
 class RemoteUcxTest : public RemoteConformanceTest {};        // grpc+ucx
-// RDV_FAST_PATH on.
-class RemoteFastPathTest : public RemoteConformanceTest {
- protected:
-  void SetUp() override {
-    RemoteConformanceTest::SetUp();
-    if (HasFatalFailure() || IsSkipped()) return;
-    ASSERT_NE(consumer_->fast_path(), nullptr)
-        << "RDV_FAST_PATH=1 and a data plane: it should be on";
-  }
-  // FastPathWithdrawnRecvLosesNoValue; `fast_recvs`: the fast Recvs its
-  // ten cancelled Recvs start, when each asks for itself.
-  void ExpectWithdrawnRecvsLoseNoValue(std::optional<int64_t> fast_recvs);
-};
-// The fast path with read-ahead off: a FIFO key's every Recv asks the
-// producer itself, which is what the cases of withdrawal test.
-class RemoteFastPathWithoutReadAheadTest : public RemoteFastPathTest {
- protected:
-  void SetUp() override {
-    read_ahead_bytes_ = 0;
-    RemoteFastPathTest::SetUp();
-  }
-};
 // Every setting, where there is a GPU: without one, skipped before SetUp
 // starts the workers.
 class RemoteGpuTest : public RemoteConformanceTest {

@@ -8,6 +8,7 @@
 
 #include "control/data_plane.h"
 #include "core/buffer.h"
+#include "tests/control/remote_fast_path.h"
 
 namespace rdv::control::remote_test {
 namespace {

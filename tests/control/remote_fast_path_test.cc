@@ -10,7 +10,7 @@
 #include "control/fast_path.h"
 #include "control/rpc_remote_rendezvous.h"
 #include "core/buffer.h"
-#include "tests/control/remote_conformance.h"
+#include "tests/control/remote_fast_path.h"
 
 namespace rdv::control::remote_test {
 namespace {

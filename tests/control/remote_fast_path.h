@@ -1,0 +1,36 @@
+// The fast path's fixtures of the cross-process conformance suite
+// (remote_conformance.h): its cases are in remote_fast_path_test.cc, its
+// instantiations in remote_conformance_test.cc with the others.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "tests/control/remote_conformance.h"
+
+namespace rdv::control::remote_test {
+
+// RDV_FAST_PATH on.
+class RemoteFastPathTest : public RemoteConformanceTest {
+ protected:
+  void SetUp() override {
+    RemoteConformanceTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    ASSERT_NE(consumer_->fast_path(), nullptr)
+        << "RDV_FAST_PATH=1 and a data plane: it should be on";
+  }
+  // FastPathWithdrawnRecvLosesNoValue; `fast_recvs`: the fast Recvs its
+  // ten cancelled Recvs start, when each asks for itself.
+  void ExpectWithdrawnRecvsLoseNoValue(std::optional<int64_t> fast_recvs);
+};
+// The fast path with read-ahead off: a FIFO key's every Recv asks the
+// producer itself, which is what the cases of withdrawal test.
+class RemoteFastPathWithoutReadAheadTest : public RemoteFastPathTest {
+ protected:
+  void SetUp() override {
+    read_ahead_bytes_ = 0;
+    RemoteFastPathTest::SetUp();
+  }
+};
+
+}  // namespace rdv::control::remote_test
