@@ -62,7 +62,7 @@ struct ControlOptions {
   // most ReadAhead::kMaxValues), and a Recv finds its value here
   // (control/read_ahead.h). Costs that much memory per key received so, in
   // the step. 0 turns it off. RDV_READ_AHEAD_BYTES.
-  size_t read_ahead_bytes = size_t{256} << 10;
+  size_t read_ahead_bytes = size_t{4} << 20;
 
   // `defaults` overridden by the environment; INVALID_ARGUMENT naming the
   // variable when a value does not parse or is out of range.

@@ -74,6 +74,11 @@ class ReadAhead {
   // is at least the value's size).
   static constexpr size_t kMaxValues = 16;
   static size_t DepthFor(size_t budget_bytes, size_t value_bytes);
+  // The largest value read ahead for a Recv that brings a destination of
+  // its own (RendezvousArgs::landing, as torch's recv does): a value read
+  // ahead lands in the transport's memory and is copied there, which from
+  // this size up costs more than the trip it spares (docs/fast_path.md).
+  static constexpr size_t kMaxLandedValueBytes = size_t{256} << 10;
 
   // A Recv of `key`. Null when it does not read ahead (the key's first
   // Recv in this step, or `depth` 0): the Recv asks for itself. Else the

@@ -125,7 +125,7 @@ void RpcRemoteRendezvous::RecvKnown(const ParsedKey& key, const RendezvousArgs& 
                                     Finish finish) {
   std::vector<std::shared_ptr<ReadAhead::Slot>> started;
   std::shared_ptr<ReadAhead::Slot> slot =
-      read_ahead_.Take(key.FullKey(), ReadAheadDepth(known), &started);
+      read_ahead_.Take(key.FullKey(), ReadAheadDepth(known, args.landing != nullptr), &started);
   for (std::shared_ptr<ReadAhead::Slot>& ahead : started) {
     StartFast(key, {}, worker, known, ahead,
               [ahead](absl::Status status, Tensor value, bool is_dead) mutable {
@@ -194,9 +194,10 @@ void RpcRemoteRendezvous::WithdrawAhead(const std::string& key,
   }
 }
 
-size_t RpcRemoteRendezvous::ReadAheadDepth(const KnownFastKey& known) const {
+size_t RpcRemoteRendezvous::ReadAheadDepth(const KnownFastKey& known, bool lands) const {
   const int64_t elements = std::max<int64_t>(known.shape.num_elements(), 0);
   const size_t bytes = DTypeSize(known.dtype) * static_cast<size_t>(elements);
+  if (lands && bytes > ReadAhead::kMaxLandedValueBytes) return 0;
   return ReadAhead::DepthFor(env_->options.read_ahead_bytes, bytes);
 }
 

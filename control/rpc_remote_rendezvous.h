@@ -72,8 +72,9 @@ class RpcRemoteRendezvous final : public Rendezvous,
   void AwaitAhead(const ParsedKey& key, const RendezvousArgs& args,
                   std::shared_ptr<ReadAhead::Slot> slot, Finish finish);
   void WithdrawAhead(const std::string& key, const std::shared_ptr<ReadAhead::Slot>& slot);
-  // Values of `known`'s size read ahead (ControlOptions::read_ahead_bytes).
-  size_t ReadAheadDepth(const KnownFastKey& known) const;
+  // Values of `known`'s size read ahead (ControlOptions::read_ahead_bytes)
+  // for a Recv that `lands` in a destination of its own or not.
+  size_t ReadAheadDepth(const KnownFastKey& known, bool lands) const;
   // Not OK for a Recv that fails at once, as a local one does: its step was
   // aborted, or its cancellation manager was cancelled before it began.
   absl::Status RefusedAtOnce(const ParsedKey& key, const RendezvousArgs& args);

@@ -8,6 +8,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "control/fast_path.h"
+#include "control/read_ahead.h"
 #include "control/rpc_remote_rendezvous.h"
 #include "core/buffer.h"
 #include "tests/control/remote_fast_path.h"
@@ -129,12 +130,12 @@ TEST_P(RemoteFastPathTest, FastPathChangedShapeIsFetchedWholeOnce) {
 
 // A fast Recv's landing buffer of the value's size is its destination: the
 // tagged send writes there and nothing copies after. One of another size
-// is left alone. The value is larger than the read-ahead budget, so each
-// Recv asks for itself.
+// is left alone. The value is larger than what is read ahead for a Recv
+// with a landing buffer, so each Recv asks for itself.
 TEST_P(RemoteFastPathTest, FastPathRecvLandsInTheCallersBuffer) {
   const ParsedKey key = Key("lands");
   constexpr int64_t kBytes = int64_t{512} << 10;
-  static_assert(kBytes > ControlOptions().read_ahead_bytes);
+  static_assert(kBytes > ReadAhead::kMaxLandedValueBytes);
   ASSERT_TRUE(Produce(76, {Item(key, DType::kUInt8, {kBytes}, 1)}).ok());
   ExpectPattern(76, key, 1, static_cast<size_t>(kBytes));
   for (const bool fits : {true, false}) {
