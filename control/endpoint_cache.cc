@@ -13,7 +13,7 @@ EndpointCache::EndpointCache(std::shared_ptr<const plugin::Transport> transport)
 EndpointCache::~EndpointCache() { Shutdown(); }
 
 void EndpointCache::Shutdown() {
-  absl::flat_hash_map<std::string, Pending> abandoned;
+  PendingMap abandoned;
   std::vector<Endpoint> endpoints;
   {
     std::lock_guard lock(mu_);
@@ -96,7 +96,7 @@ void EndpointCache::Connect(const std::string& address) {
         outcome = *endpoint;
       }
       if (waiting.empty()) {
-        EndConnect(address, std::move(outcome));
+        EndConnect(it, std::move(outcome));
         return;
       }
     }
@@ -104,8 +104,8 @@ void EndpointCache::Connect(const std::string& address) {
   }
 }
 
-void EndpointCache::EndConnect(const std::string& address, absl::StatusOr<Endpoint> outcome) {
-  auto it = pending_.find(address);
+void EndpointCache::EndConnect(PendingMap::iterator it, absl::StatusOr<Endpoint> outcome) {
+  const std::string& address = it->first;
   Pending& pending = it->second;
   if (!pending.forgotten) {
     if (outcome.ok()) endpoints_[address] = *std::move(outcome);

@@ -66,7 +66,8 @@ class EndpointCache {
   void Connect(const std::string& address);
   // With mu_ held, once a connect's callers are all called back: keeps the
   // endpoint, or connects anew for callers who came after a Forget.
-  void EndConnect(const std::string& address, absl::StatusOr<Endpoint> outcome);
+  using PendingMap = absl::flat_hash_map<std::string, Pending>;
+  void EndConnect(PendingMap::iterator it, absl::StatusOr<Endpoint> outcome);
 
   std::shared_ptr<const plugin::Transport> transport_;
   std::mutex mu_;
@@ -74,7 +75,7 @@ class EndpointCache {
   bool stopping_ = false;                                      // mu_
   std::once_flag joined_;
   absl::flat_hash_map<std::string, Endpoint> endpoints_;       // mu_
-  absl::flat_hash_map<std::string, Pending> pending_;          // mu_
+  PendingMap pending_;                                         // mu_
   std::deque<std::string> queue_;                              // mu_: addresses to connect
   std::thread connector_;  // last: started once the rest exists
 };

@@ -10,7 +10,8 @@ namespace {
 constexpr int64_t kBytes = 256 * 1000 + 17;  // 1,001 blocks, the last one short
 
 Tensor PatternOf(uint32_t seed) {
-  absl::StatusOr<Tensor> tensor = MakePatternTensor(DType::kUInt8, *TensorShape::Create({kBytes}), seed);
+  absl::StatusOr<Tensor> tensor =
+      MakePatternTensor(DType::kUInt8, *TensorShape::Create({kBytes}), seed);
   EXPECT_TRUE(tensor.ok()) << tensor.status();
   return *tensor;
 }
