@@ -1,0 +1,159 @@
+// What a consumer's own copy of a producer's private memory could move
+// between two processes of one host, beside the memcpy it is measured
+// against in the same run:
+// - BM_ProcessVmReadv/<bytes>/<threads>: process_vm_readv (cma) of a
+//   child process's buffer, by one thread or split in halves between the
+//   caller and a helper thread that waits for work, as a transport's
+//   copier would (its wake-up is timed too);
+// - BM_Memcpy/<bytes>/<threads>: the same bytes copied within the process.
+// UCX reads a tagged rendezvous over shared memory with one thread's cma
+// (docs/torch.md, "The ceiling at 1 MiB and above over shared memory").
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+
+namespace {
+
+// A child process, which holds a copy of everything this one has (the
+// pages shared until either writes), until it is destroyed.
+class Holder {
+ public:
+  Holder() {
+    if (pipe(release_) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      char ignored;
+      (void)!read(release_[0], &ignored, 1);
+      _exit(0);
+    }
+  }
+  ~Holder() {
+    if (pid_ > 0) {
+      (void)!write(release_[1], "x", 1);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(release_[0]);
+    close(release_[1]);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  int release_[2] = {-1, -1};
+  pid_t pid_ = -1;
+};
+
+// Runs a part of each copy on a thread of its own, woken per copy.
+class Helper {
+ public:
+  Helper() : thread_([this] { Serve(); }) {}
+  ~Helper() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    work_.notify_one();
+    thread_.join();
+  }
+  void Start(std::function<bool()> part) {
+    {
+      std::lock_guard lock(mu_);
+      part_ = std::move(part);
+      pending_ = true;
+    }
+    work_.notify_one();
+  }
+  bool Finish() {
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [this] { return !pending_; });
+    return ok_;
+  }
+
+ private:
+  void Serve() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      work_.wait(lock, [this] { return pending_ || stop_; });
+      if (stop_) return;
+      lock.unlock();
+      const bool ok = part_();
+      lock.lock();
+      ok_ = ok;
+      pending_ = false;
+      done_.notify_one();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable work_, done_;
+  std::function<bool()> part_;
+  bool pending_ = false, stop_ = false, ok_ = true;
+  std::thread thread_;
+};
+
+bool ReadFrom(pid_t pid, char* destination, const char* source, size_t length) {
+  iovec local{destination, length};
+  iovec remote{const_cast<char*>(source), length};
+  return process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(length);
+}
+
+// Copies `length` bytes with `copy`, in halves on two threads when asked.
+template <typename Copy>
+void RunCopies(benchmark::State& state, Copy copy) {
+  const size_t length = static_cast<size_t>(state.range(0));
+  const bool split = state.range(1) == 2;
+  std::vector<char> source(length, 7), destination(length, 1);
+  Holder holder;
+  if (holder.pid() <= 0) return state.SkipWithError("fork failed");
+  // Our pages are shared with the child's until written: take the
+  // destination's copies on write before the clock starts.
+  std::memset(destination.data(), 2, length);
+  Helper helper;
+  const size_t half = (length / 2) & ~size_t{4095};
+  for (auto _ : state) {
+    bool ok = true;
+    if (split) {
+      helper.Start([&] { return copy(holder.pid(), &destination[half], &source[half],
+                                     length - half); });
+      ok = copy(holder.pid(), destination.data(), source.data(), half);
+      ok = helper.Finish() && ok;
+    } else {
+      ok = copy(holder.pid(), destination.data(), source.data(), length);
+    }
+    if (!ok) return state.SkipWithError((std::string("copy failed: ") + std::strerror(errno)).c_str());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * length));
+}
+
+void BM_ProcessVmReadv(benchmark::State& state) { RunCopies(state, ReadFrom); }
+
+void BM_Memcpy(benchmark::State& state) {
+  RunCopies(state, [](pid_t, char* destination, const char* source, size_t length) {
+    std::memcpy(destination, source, length);
+    return true;
+  });
+}
+
+void Sizes(benchmark::internal::Benchmark* benchmark) {
+  for (int64_t bytes : {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20,
+                        int64_t{64} << 20}) {
+    for (int64_t threads : {1, 2}) benchmark->Args({bytes, threads});
+  }
+  benchmark->ArgNames({"bytes", "threads"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
+BENCHMARK(BM_ProcessVmReadv)->Apply(Sizes);
+BENCHMARK(BM_Memcpy)->Apply(Sizes);
+
+}  // namespace
+
+BENCHMARK_MAIN();
