@@ -129,7 +129,10 @@ void RunCopies(benchmark::State& state, Copy copy) {
     } else {
       ok = copy(holder.pid(), destination.data(), source.data(), length);
     }
-    if (!ok) return state.SkipWithError((std::string("copy failed: ") + std::strerror(errno)).c_str());
+    if (!ok) {
+      const std::string why = std::string("copy failed: ") + std::strerror(errno);
+      return state.SkipWithError(why.c_str());
+    }
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * length));
 }

@@ -123,6 +123,7 @@ with tempfile.TemporaryDirectory() as scratch:
     result = run(["compare", "--sizes", "4K", "--repetitions", "1", "--ucx-tls", "tcp",
                   "--json", out])
     check(result.returncode == 0, f"compare: exit {result.returncode}: {result.stderr[-800:]}")
+    check("rdv mean" in result.stdout, f"compare: no time per Recv: {result.stdout[-800:]}")
     if result.returncode == 0:
         rows = json.load(open(out))
         latency = {(r["subject"], r["transport_env"]) for r in rows if r["table"] == "latency"}
