@@ -91,6 +91,13 @@ bool DataPlane::ReadByPeerCopy(const Tensor& tensor) const {
   return memory != nullptr && memory->read_by_peer_copy();
 }
 
+std::optional<Tensor> DataPlane::AllocatePeerReadable(DType dtype,
+                                                      const TensorShape& shape) const {
+  absl::StatusOr<Tensor> made = Tensor::Allocate(allocator_, dtype, shape);
+  if (!made.ok() || !ReadByPeerCopy(*made)) return std::nullopt;
+  return *std::move(made);
+}
+
 DataPlane::~DataPlane() {
   held_.Clear();
   endpoints_.Shutdown();

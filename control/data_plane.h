@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -54,6 +55,11 @@ class DataPlane {
   // `tensor` lies in this plane's pool, in memory peers read by a copy of
   // their own.
   bool ReadByPeerCopy(const Tensor& tensor) const;
+  // A tensor from this plane's pool that peers read by a copy of their own,
+  // for a sender to copy a value of its own into; nullopt where the pool
+  // gives no such memory for it (another transport, a small size, the
+  // segments used up). Thread-safe.
+  std::optional<Tensor> AllocatePeerReadable(DType dtype, const TensorShape& shape) const;
   // This data plane as the Handshake tells peers of it.
   TransportAddress Describe() const;
 

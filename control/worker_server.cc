@@ -291,6 +291,11 @@ void WorkerServer::Shutdown() { impl_->Shutdown(); }
 DataPlane* WorkerServer::data_plane() { return impl_->data_plane_.get(); }
 FastPath* WorkerServer::fast_path() { return impl_->fast_path_.get(); }
 
+std::optional<Tensor> WorkerServer::AllocatePeerReadable(DType dtype, const TensorShape& shape) {
+  DataPlane* plane = data_plane();
+  return plane != nullptr ? plane->AllocatePeerReadable(dtype, shape) : std::nullopt;
+}
+
 std::string WorkerServer::StatsAsPrometheus() const {
   GetStatsResponse stats;
   FillStats(impl_->env_, &stats);

@@ -11,11 +11,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "control/cluster.h"
 #include "control/options.h"
 #include "control/rendezvous_mgr.h"
+#include "core/tensor.h"
 
 namespace rdv::control {
 
@@ -70,6 +72,9 @@ class WorkerServer {
   void SetPeerAddress(absl::string_view job, int task, std::string address);
   // Null for protocol grpc.
   DataPlane* data_plane();
+  // DataPlane::AllocatePeerReadable; nullopt for protocol grpc. For an
+  // embedder that stages a value to send (the torch backend).
+  std::optional<Tensor> AllocatePeerReadable(DType dtype, const TensorShape& shape);
   // Recvs of known keys without RecvTensor; null when RDV_FAST_PATH=0 or
   // the transport carries no messages (control/fast_path.h).
   FastPath* fast_path();

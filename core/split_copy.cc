@@ -1,10 +1,10 @@
-#include "ucx/split_copy.h"
+#include "core/split_copy.h"
 
 #include <sched.h>
 
 #include <cstring>
 
-namespace rdv::ucx_plugin {
+namespace rdv {
 namespace {
 
 bool MayRunOnSeveralCpus() {
@@ -59,4 +59,4 @@ void SplitCopier::Serve() {
   }
 }
 
-}  // namespace rdv::ucx_plugin
+}  // namespace rdv

@@ -1,6 +1,8 @@
-// Large copies through a peer's mapped segment (ucx_shared_memory.h) made
-// by two threads: one core's memcpy moves about 16 GB/s on the machines
-// rdv is measured on, two about 35 (64 MiB between System V segments).
+// Large copies made by two threads: one core's memcpy moves about 16 GB/s
+// on the machines rdv is measured on, two about 35 (64 MiB between System V
+// segments). The UCX plugin copies through a peer's mapped segment with it
+// (it compiles this file in: it depends on the standard library only), and
+// the torch backend stages a large send into such a segment.
 #pragma once
 
 #include <condition_variable>
@@ -8,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-namespace rdv::ucx_plugin {
+namespace rdv {
 
 class SplitCopier {
  public:
@@ -47,4 +49,4 @@ class SplitCopier {
   std::thread helper_;    // use_mu_, and the destructor
 };
 
-}  // namespace rdv::ucx_plugin
+}  // namespace rdv

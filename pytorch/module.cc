@@ -23,7 +23,8 @@ PYBIND11_MODULE(_torch, m) {
   py::class_<ProcessGroupRdv, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupRdv>>(
       m, "ProcessGroupRdv")
       .def_property_readonly("address", &ProcessGroupRdv::address)
-      .def_property_readonly("protocol", &ProcessGroupRdv::protocol);
+      .def_property_readonly("protocol", &ProcessGroupRdv::protocol)
+      .def("stats", &ProcessGroupRdv::stats);
   // torch calls this with (store, rank, world_size, timeout); it blocks on
   // the store, so the GIL is let go.
   m.def(

@@ -32,6 +32,7 @@
 #include "core/notification.h"
 #include "core/rendezvous.h"
 #include "core/rendezvous_key.h"
+#include "core/split_copy.h"
 #include "core/status.h"
 #include "pytorch/pair_states.h"
 #include "pytorch/recv_channels.h"
@@ -65,6 +66,9 @@ class ProcessGroupRdv final : public c10d::ProcessGroup {
   // The worker's host:port and protocol, for logs and tests.
   const std::string& address() const;
   const std::string& protocol() const { return protocol_; }
+  // What this rank's worker moved, in Prometheus' text format
+  // (docs/stats.md).
+  std::string stats() const;
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank,
                                       int tag) override;
@@ -143,6 +147,11 @@ class ProcessGroupRdv final : public c10d::ProcessGroup {
   void CheckPeer(int peer, const char* role) const;
   c10::intrusive_ptr<Work> Send(const at::Tensor& tensor, int dst, const ParsedKey& key,
                                 std::string what);
+  // What Send hands rdv for `tensor`: a staged copy where the data plane
+  // has memory the receiver reads itself for it (docs/torch.md), else the
+  // tensor's own bytes. `released` runs when rdv lets go of them.
+  absl::StatusOr<Tensor> ValueToSend(const at::Tensor& tensor,
+                                     absl::AnyInvocable<void() &&> released);
   c10::intrusive_ptr<Work> Recv(at::Tensor tensor, int src, int tag, std::string what);
   void StopPair(int peer, const absl::Status& why, bool died);
   [[noreturn]] void Unsupported(const char* operation) const;
@@ -156,6 +165,12 @@ class ProcessGroupRdv final : public c10d::ProcessGroup {
   std::vector<Peer> peers_;
   std::vector<std::unique_ptr<Watch>> watches_;
   std::atomic<int64_t> barriers_{0};  // barriers started
+  // Whether sends are staged: unknown until the first large one, then off
+  // for good when the data plane gave it memory its receiver does not read
+  // itself (the transport never lends any), else on.
+  enum class Staging { kUnknown, kOn, kOff };
+  std::atomic<Staging> staging_{Staging::kUnknown};
+  SplitCopier copier_;  // stages sends
 };
 
 }  // namespace rdv::pytorch

@@ -44,14 +44,39 @@ std::string Describe(const Tensor& tensor) {
                       tensor.TotalBytes(), " bytes)");
 }
 
+absl::StatusOr<TensorShape> ShapeOf(const at::Tensor& tensor) {
+  const std::vector<int64_t> dims(tensor.sizes().begin(), tensor.sizes().end());
+  return TensorShape::Create(dims);
+}
+
 absl::StatusOr<Tensor> WrapForSend(const at::Tensor& tensor,
                                    absl::AnyInvocable<void() &&> released) {
   RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeOf(tensor.scalar_type()));
-  const std::vector<int64_t> dims(tensor.sizes().begin(), tensor.sizes().end());
-  RDV_ASSIGN_OR_RETURN(TensorShape shape, TensorShape::Create(dims));
+  RDV_ASSIGN_OR_RETURN(TensorShape shape, ShapeOf(tensor));
   auto buffer = Buffer::Wrap(tensor.data_ptr(), tensor.nbytes(), MemoryLocation::Host(),
                              [keep = tensor, released = std::move(released)]() mutable {
                                keep = at::Tensor();
+                               std::move(released)();
+                             });
+  return Tensor::FromBuffer(dtype, shape, std::move(buffer));
+}
+
+void CopyForSend(const at::Tensor& tensor, Tensor& staging, SplitCopier& copier) {
+  if (tensor.is_contiguous()) {
+    copier.Copy(staging.data(), tensor.data_ptr(), tensor.nbytes());
+    return;
+  }
+  at::from_blob(staging.data(), tensor.sizes(), tensor.options()).copy_(tensor);
+}
+
+absl::StatusOr<Tensor> HoldUntilReleased(Tensor staging, absl::AnyInvocable<void() &&> released) {
+  void* data = staging.data();
+  const size_t bytes = staging.TotalBytes();
+  const DType dtype = staging.dtype();
+  const TensorShape shape = staging.shape();
+  auto buffer = Buffer::Wrap(data, bytes, MemoryLocation::Host(),
+                             [keep = std::move(staging), released = std::move(released)]() mutable {
+                               keep = Tensor();
                                std::move(released)();
                              });
   return Tensor::FromBuffer(dtype, shape, std::move(buffer));

@@ -26,7 +26,7 @@
 
 #include "plugin/plugin_support.h"
 #include "plugin/rdv_transport.h"
-#include "ucx/split_copy.h"
+#include "core/split_copy.h"
 #include "ucx/ucx_shared_memory.h"
 
 namespace rdv::ucx_plugin {

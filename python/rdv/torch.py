@@ -14,7 +14,8 @@ torch's store. RDV_PROTOCOL (default "grpc") picks the protocol, e.g.
 "grpc+ucx"; RDV_LISTEN_ADDRESS (default "127.0.0.1:0") the address the
 worker listens on and publishes; every other RDV_* variable applies as
 for rdv-worker. send, recv, isend, irecv and barrier move dense CPU
-tensors; other collectives raise and point to gloo. See docs/torch.md.
+tensors; other collectives raise and point to gloo. The group's stats()
+gives its worker's counters in Prometheus' text format. See docs/torch.md.
 """
 
 import torch.distributed as _dist

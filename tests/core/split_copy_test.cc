@@ -1,4 +1,4 @@
-#include "ucx/split_copy.h"
+#include "core/split_copy.h"
 
 #include <sched.h>
 
@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 
-namespace rdv::ucx_plugin {
+namespace rdv {
 namespace {
 
 constexpr size_t kGuard = 4096;
@@ -81,4 +81,4 @@ TEST(SplitCopierTest, AThreadOnOneCpuCopiesWhole) {
 }
 
 }  // namespace
-}  // namespace rdv::ucx_plugin
+}  // namespace rdv

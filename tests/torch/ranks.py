@@ -87,6 +87,45 @@ def overlap(rank):
             assert torch.equal(got, value)
 
 
+def counter(name):
+    """This rank's rdv counter `name`, from its worker's statistics."""
+    stats = dist.distributed_c10d._get_default_group().stats()
+    values = [float(line.split()[-1]) for line in stats.splitlines()
+              if line.startswith(name + "{")]
+    assert len(values) == 1, f"{name}: {values} in\n{stats}"
+    return values[0]
+
+
+def large(rank):
+    # 8 MiB and more leave from memory the receiver reads itself where the
+    # data plane has it (UCX_TLS naming shared memory only): a staged copy,
+    # contiguous or not, that the receiver takes byte-exact; elsewhere from
+    # the tensor itself. A send completes only once the receiver has the
+    # bytes, staged or not.
+    values = [make(torch.float32, (1024, 2048), 1), make(torch.float32, (2048, 1024), 2).t(),
+              make(torch.float32, (1024, 2048), 3)]
+    go = torch.zeros(1)
+    if rank == 0:
+        first = dist.isend(values[0], 1)
+        assert not first.is_completed(), "completed before the receiver asked for it"
+        dist.send(go, 1, tag=1)
+        assert first.wait(LIMIT)
+        for value in values[1:]:
+            dist.send(value, 1)
+        # The first value of the key goes by RecvTensor, the others by the
+        # fast path: lent to be read where they were staged.
+        lent = counter("rdv_fast_path_values_lent_total")
+        tls = os.environ.get("UCX_TLS", "")
+        staged = set(tls.split(",")) <= {"posix", "cma", "self"}
+        assert lent == (len(values) - 1 if staged else 0), f"{lent} lent over UCX_TLS={tls}"
+    else:
+        dist.recv(go, 0, tag=1)
+        for value in values:
+            received = torch.zeros(value.shape, dtype=value.dtype)
+            dist.recv(received, 0)
+            assert torch.equal(received, value), value.shape
+
+
 def pingpong(rank):
     value = torch.zeros(4, dtype=torch.int64)
     for round_trip in range(1000):
@@ -193,7 +232,7 @@ def killed_peer(rank):
 SCENARIOS = {name: function for name, function in globals().items()
              if callable(function) and name in
              {"dtypes", "overlap", "pingpong", "pipeline", "mismatch", "misuse", "barrier",
-              "killed_peer", "groups"}}
+              "killed_peer", "groups", "large"}}
 
 
 def main():

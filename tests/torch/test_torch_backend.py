@@ -54,6 +54,11 @@ def test_three_ranks(scenario, protocol, tmp_path):
     assert_ok(run_ranks(scenario, 3, protocol, tmp_path))
 
 
+@pytest.mark.parametrize("tls", ["posix,cma,self", "tcp"])
+def test_large_sends_staged_only_where_the_receiver_reads_them(tls, tmp_path):
+    assert_ok(run_ranks("large", 2, "grpc+ucx", tmp_path, {"UCX_TLS": tls}))
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_killed_peer_fails_its_work_only(protocol, tmp_path):
     results = run_ranks("killed_peer", 3, protocol, tmp_path, {"RDV_PEER_TIMEOUT_MS": "2000"})
