@@ -82,6 +82,21 @@ TEST_P(RemoteFastPathTest, FastPathLendsValuesInMappedSegments) {
       << "every value read was released, but " << HeldInAll(Holdings()) << " are still held";
 }
 
+// What an embedder may stage a value in (the torch backend's large sends):
+// memory the consumer reads itself, given exactly where values there are
+// lent, and never below the segments' size.
+TEST_P(RemoteFastPathTest, PeerReadableMemoryOnlyWhereValuesThereAreLent) {
+  for (const int64_t bytes : {int64_t{64} << 10, int64_t{1} << 20}) {
+    absl::StatusOr<TensorShape> shape = TensorShape::Create({bytes});
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    const std::optional<Tensor> staging = consumer_->AllocatePeerReadable(DType::kUInt8, *shape);
+    EXPECT_EQ(staging.has_value(), LendsMappedValue(GetParam(), bytes)) << bytes << " bytes";
+    if (staging.has_value()) {
+      EXPECT_EQ(staging->TotalBytes(), static_cast<size_t>(bytes));
+    }
+  }
+}
+
 TEST_P(RemoteFastPathTest, FastPathAsyncRecvsOfOneKeyAllArrive) {
   const ParsedKey key = Key("async");
   constexpr int kValues = 16;
