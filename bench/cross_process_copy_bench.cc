@@ -3,8 +3,8 @@
 // against in the same run:
 // - BM_ProcessVmReadv/<bytes>/<threads>: process_vm_readv (cma) of a
 //   child process's buffer, by one thread or split in halves between the
-//   caller and a helper thread that waits for work, as a transport's
-//   copier would (its wake-up is timed too);
+//   caller and a helper thread that waits for work (SplitCopier, as the
+//   UCX plugin's copier; its wake-up is timed too);
 // - BM_Memcpy/<bytes>/<threads>: the same bytes copied within the process.
 // UCX reads a tagged rendezvous over shared memory with one thread's cma
 // (docs/torch.md, "The ceiling at 1 MiB and above over shared memory").
@@ -13,15 +13,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "core/split_copy.h"
 
 namespace {
 
@@ -53,53 +50,6 @@ class Holder {
   pid_t pid_ = -1;
 };
 
-// Runs a part of each copy on a thread of its own, woken per copy.
-class Helper {
- public:
-  Helper() : thread_([this] { Serve(); }) {}
-  ~Helper() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    work_.notify_one();
-    thread_.join();
-  }
-  void Start(std::function<bool()> part) {
-    {
-      std::lock_guard lock(mu_);
-      part_ = std::move(part);
-      pending_ = true;
-    }
-    work_.notify_one();
-  }
-  bool Finish() {
-    std::unique_lock lock(mu_);
-    done_.wait(lock, [this] { return !pending_; });
-    return ok_;
-  }
-
- private:
-  void Serve() {
-    std::unique_lock lock(mu_);
-    while (true) {
-      work_.wait(lock, [this] { return pending_ || stop_; });
-      if (stop_) return;
-      lock.unlock();
-      const bool ok = part_();
-      lock.lock();
-      ok_ = ok;
-      pending_ = false;
-      done_.notify_one();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable work_, done_;
-  std::function<bool()> part_;
-  bool pending_ = false, stop_ = false, ok_ = true;
-  std::thread thread_;
-};
-
 bool ReadFrom(pid_t pid, char* destination, const char* source, size_t length) {
   iovec local{destination, length};
   iovec remote{const_cast<char*>(source), length};
@@ -117,19 +67,14 @@ void RunCopies(benchmark::State& state, Copy copy) {
   // Our pages are shared with the child's until written: take the
   // destination's copies on write before the clock starts.
   std::memset(destination.data(), 2, length);
-  Helper helper;
-  const size_t half = (length / 2) & ~size_t{4095};
+  // Split from any size (the first half on this thread, the second on
+  // SplitCopier's helper, woken per copy as the transport's is), or never.
+  rdv::SplitCopier copier(split ? 0 : length + 1);
+  const rdv::SplitCopier::CopyPart copy_part = [&](size_t offset, size_t part) {
+    return copy(holder.pid(), &destination[offset], &source[offset], part);
+  };
   for (auto _ : state) {
-    bool ok = true;
-    if (split) {
-      helper.Start([&] { return copy(holder.pid(), &destination[half], &source[half],
-                                     length - half); });
-      ok = copy(holder.pid(), destination.data(), source.data(), half);
-      ok = helper.Finish() && ok;
-    } else {
-      ok = copy(holder.pid(), destination.data(), source.data(), length);
-    }
-    if (!ok) {
+    if (!copier.CopyByParts(length, 4096, copy_part)) {
       const std::string why = std::string("copy failed: ") + std::strerror(errno);
       return state.SkipWithError(why.c_str());
     }

@@ -93,6 +93,9 @@ bool DataPlane::ReadByPeerCopy(const Tensor& tensor) const {
 
 std::optional<Tensor> DataPlane::AllocatePeerReadable(DType dtype,
                                                       const TensorShape& shape) const {
+  const size_t from = transport_->peer_copy_from_bytes();
+  const absl::StatusOr<size_t> bytes = TensorBytes(dtype, shape.num_elements());
+  if (from == 0 || !bytes.ok() || *bytes < from) return std::nullopt;
   absl::StatusOr<Tensor> made = Tensor::Allocate(allocator_, dtype, shape);
   if (!made.ok() || !ReadByPeerCopy(*made)) return std::nullopt;
   return *std::move(made);

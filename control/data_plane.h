@@ -58,7 +58,9 @@ class DataPlane {
   // A tensor from this plane's pool that peers read by a copy of their own,
   // for a sender to copy a value of its own into; nullopt where the pool
   // gives no such memory for it (another transport, a small size, the
-  // segments used up). Thread-safe.
+  // segments used up). Allocates nothing where the transport never gives
+  // such memory to this size (Transport::peer_copy_from_bytes), so a
+  // sender may ask for every value. Thread-safe.
   std::optional<Tensor> AllocatePeerReadable(DType dtype, const TensorShape& shape) const;
   // This data plane as the Handshake tells peers of it.
   TransportAddress Describe() const;

@@ -25,24 +25,32 @@ SplitCopier::~SplitCopier() {
 
 void SplitCopier::Copy(void* destination, const void* source, size_t length) {
   if (length == 0) return;  // either pointer may then be null
+  auto* to = static_cast<char*>(destination);
+  const auto* from = static_cast<const char*>(source);
+  // Cache-line aligned halves: neither thread writes the other's lines.
+  CopyByParts(length, 64, [to, from](size_t offset, size_t part) {
+    std::memcpy(to + offset, from + offset, part);
+    return true;
+  });
+}
+
+bool SplitCopier::CopyByParts(size_t length, size_t alignment, const CopyPart& copy_part) {
   std::unique_lock use(use_mu_, std::defer_lock);
-  if (length < kMinSplitBytes || !use.try_lock() || !MayRunOnSeveralCpus()) {
-    std::memcpy(destination, source, length);
-    return;
+  const size_t first = (length / 2) & ~(alignment - 1);
+  if (length < min_split_bytes_ || first == 0 || !use.try_lock() || !MayRunOnSeveralCpus()) {
+    return copy_part(0, length);
   }
   if (!helper_.joinable()) helper_ = std::thread([this] { Serve(); });
-  // Cache-line aligned halves: neither thread writes the other's lines.
-  const size_t first = (length / 2) & ~size_t{63};
   {
     std::lock_guard lock(mu_);
-    part_ = {static_cast<char*>(destination) + first, static_cast<const char*>(source) + first,
-             length - first};
+    part_ = {&copy_part, first, length - first};
     pending_ = true;
   }
   work_cv_.notify_one();
-  std::memcpy(destination, source, first);
+  const bool first_ok = copy_part(0, first);
   std::unique_lock lock(mu_);
   done_cv_.wait(lock, [this] { return !pending_; });
+  return first_ok && part_ok_;
 }
 
 void SplitCopier::Serve() {
@@ -52,8 +60,9 @@ void SplitCopier::Serve() {
     if (stop_) return;
     const Part part = part_;
     lock.unlock();
-    std::memcpy(part.destination, part.source, part.length);
+    const bool ok = (*part.copy)(part.offset, part.length);
     lock.lock();
+    part_ok_ = ok;
     pending_ = false;
     done_cv_.notify_one();
   }

@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -18,33 +19,46 @@ class SplitCopier {
   // helper costs about what it saves.
   static constexpr size_t kMinSplitBytes = size_t{4} << 20;
 
-  SplitCopier() = default;
+  // Copies a range of a copy: the `length` bytes from `offset` on; false
+  // when it failed (errno says why).
+  using CopyPart = std::function<bool(size_t offset, size_t length)>;
+
+  // Splits copies of at least `min_split_bytes`.
+  explicit SplitCopier(size_t min_split_bytes = kMinSplitBytes)
+      : min_split_bytes_(min_split_bytes) {}
   // Stops and joins the helper thread. No Copy may be running.
   ~SplitCopier();
   SplitCopier(const SplitCopier&) = delete;
   SplitCopier& operator=(const SplitCopier&) = delete;
 
-  // memcpy(destination, source, length); a large copy's second half is
-  // made by a helper thread (started at the first), unless another copy
-  // has it or the calling thread may run on one CPU only (the helper would
-  // only take turns with it). Blocks until every byte is copied.
-  // Thread-safe.
+  // memcpy(destination, source, length), split as CopyByParts splits.
   void Copy(void* destination, const void* source, size_t length);
+
+  // Calls `copy_part` for the whole `length` bytes, or, from
+  // min_split_bytes up, for its first half on this thread and its second on
+  // a helper thread (started at the first), the halves meeting at a multiple
+  // of `alignment` (a power of two). Unsplit when another copy has the
+  // helper or the calling thread may run on one CPU only (the helper would
+  // only take turns with it). Blocks until both halves ended; true when
+  // both succeeded. Thread-safe.
+  bool CopyByParts(size_t length, size_t alignment, const CopyPart& copy_part);
 
  private:
   struct Part {
-    char* destination = nullptr;
-    const char* source = nullptr;
+    const CopyPart* copy = nullptr;
+    size_t offset = 0;
     size_t length = 0;
   };
   void Serve();
 
+  const size_t min_split_bytes_;
   std::mutex use_mu_;  // held by the one copy that uses the helper
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  Part part_;            // mu_
+  Part part_;             // mu_
   bool pending_ = false;  // mu_: part_ is the helper's to copy
+  bool part_ok_ = true;   // mu_: how the helper's last part ended
   bool stop_ = false;     // mu_
   std::thread helper_;    // use_mu_, and the destructor
 };

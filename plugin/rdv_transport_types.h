@@ -115,6 +115,7 @@ enum {
   RDV_TRANSPORT_ATTR_FIELD_DESCRIPTION = 1u << 4,
   RDV_TRANSPORT_ATTR_FIELD_MAX_MESSAGE = 1u << 5,
   RDV_TRANSPORT_ATTR_FIELD_MESSAGES_FOLLOW_PUTS = 1u << 6,
+  RDV_TRANSPORT_ATTR_FIELD_PEER_COPY_FROM = 1u << 7,
 };
 
 typedef struct rdv_transport_attributes {
@@ -132,6 +133,12 @@ typedef struct rdv_transport_attributes {
    * RDMA WRITE on one reliable-connected QP). The writer may then post
    * both at once instead of waiting for the put to complete. */
   int messages_follow_puts;
+  /* Appended (v3): mem_alloc gives memory read by a peer's copy (mem_query's
+   * read_by_peer_copy) to allocations of at least this many bytes, while
+   * it has such memory left; 0: to none. A host asks before allocating
+   * memory it means to offer to be read, so that it spares the allocation
+   * where none would be. */
+  size_t peer_copy_from_bytes;
 } rdv_transport_attributes_t;
 
 enum {

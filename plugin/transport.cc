@@ -305,6 +305,8 @@ absl::Status Transport::Initialize() {
     attributes.field_mask |=
         RDV_TRANSPORT_ATTR_FIELD_MAX_MESSAGE | RDV_TRANSPORT_ATTR_FIELD_MESSAGES_FOLLOW_PUTS;
   }
+  // A plugin whose table ends before mem_query has no memory read by copy.
+  if (api_.mem_query != nullptr) attributes.field_mask |= RDV_TRANSPORT_ATTR_FIELD_PEER_COPY_FROM;
   if (int code = api_.query(context_, &attributes, &error); code != 0) {
     return TransportStatus(code, error.message, absl::StrCat("querying ", path_));
   }
@@ -317,6 +319,7 @@ absl::Status Transport::Initialize() {
     messages_follow_puts_ = attributes.messages_follow_puts != 0 &&
                             (attributes.ops & RDV_TRANSPORT_OP_PUT) != 0;
   }
+  if (api_.mem_query != nullptr) peer_copy_from_bytes_ = attributes.peer_copy_from_bytes;
   return absl::OkStatus();
 }
 

@@ -143,6 +143,10 @@ class Transport : public std::enable_shared_from_this<Transport> {
   // A message posted on an endpoint after a Put on it reaches the peer only
   // once the Put's bytes are in the peer's memory, and never when it failed.
   bool messages_follow_puts() const { return messages_follow_puts_; }
+  // Allocate gives memory read by a peer's copy (read_by_peer_copy()) to
+  // lengths of at least this, while the plugin has such memory left; 0:
+  // never.
+  size_t peer_copy_from_bytes() const { return peer_copy_from_bytes_; }
   // The transport moves CUDA device memory itself (GPUDirect RDMA, or
   // UCX's CUDA support); else GPU tensors stage through host memory.
   bool reaches_cuda_memory() const { return reaches_cuda_memory_; }
@@ -206,6 +210,7 @@ class Transport : public std::enable_shared_from_this<Transport> {
   bool reaches_cuda_memory_ = false;
   size_t max_message_bytes_ = 0;
   bool messages_follow_puts_ = false;
+  size_t peer_copy_from_bytes_ = 0;
   MessageHandler on_message_;
 };
 

@@ -341,28 +341,6 @@ void ProcessGroupRdv::Close() {
   server_.reset();
 }
 
-// Staging costs a copy on the sender; from here up it pays: the receiver
-// then copies the value out by two threads, where UCX's rendezvous reads
-// the sender's tensor by one thread's cma. At 4 and 6 MiB it lost or tied
-// here (docs/torch.md).
-constexpr size_t kStageFromBytes = size_t{8} << 20;
-
-absl::StatusOr<Tensor> ProcessGroupRdv::ValueToSend(const at::Tensor& tensor,
-                                                    absl::AnyInvocable<void() &&> released) {
-  if (tensor.nbytes() >= kStageFromBytes && staging_.load() != Staging::kOff) {
-    RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeOf(tensor.scalar_type()));
-    RDV_ASSIGN_OR_RETURN(const TensorShape shape, ShapeOf(tensor));
-    std::optional<Tensor> staging = server_->AllocatePeerReadable(dtype, shape);
-    Staging unknown = Staging::kUnknown;
-    staging_.compare_exchange_strong(unknown, staging ? Staging::kOn : Staging::kOff);
-    if (staging) {
-      CopyForSend(tensor, *staging, copier_);
-      return HoldUntilReleased(*std::move(staging), std::move(released));
-    }
-  }
-  return WrapForSend(tensor.contiguous(), std::move(released));
-}
-
 c10::intrusive_ptr<Work> ProcessGroupRdv::Send(const at::Tensor& tensor, int dst,
                                                const ParsedKey& key, std::string what) {
   auto work = c10::make_intrusive<Work>(rank_, c10d::OpType::SEND, std::vector<at::Tensor>{tensor},
@@ -370,7 +348,8 @@ c10::intrusive_ptr<Work> ProcessGroupRdv::Send(const at::Tensor& tensor, int dst
   // Complete when rdv lets go of the bytes: the receiver has them, or the
   // pair stopped and they were dropped.
   Tensor value = ValueOrThrow(
-      ValueToSend(tensor, [work, pairs = pairs_, dst] { work->Complete(pairs->OfRelease(dst)); }));
+      ValueToSend(tensor, *server_, copier_,
+                  [work, pairs = pairs_, dst] { work->Complete(pairs->OfRelease(dst)); }));
   const absl::Status sent = Direction(rank_, dst)->Send(key, {}, value, false);
   if (sent.ok()) {
     pairs_->Sent(dst);

@@ -147,11 +147,6 @@ class ProcessGroupRdv final : public c10d::ProcessGroup {
   void CheckPeer(int peer, const char* role) const;
   c10::intrusive_ptr<Work> Send(const at::Tensor& tensor, int dst, const ParsedKey& key,
                                 std::string what);
-  // What Send hands rdv for `tensor`: a staged copy where the data plane
-  // has memory the receiver reads itself for it (docs/torch.md), else the
-  // tensor's own bytes. `released` runs when rdv lets go of them.
-  absl::StatusOr<Tensor> ValueToSend(const at::Tensor& tensor,
-                                     absl::AnyInvocable<void() &&> released);
   c10::intrusive_ptr<Work> Recv(at::Tensor tensor, int src, int tag, std::string what);
   void StopPair(int peer, const absl::Status& why, bool died);
   [[noreturn]] void Unsupported(const char* operation) const;
@@ -165,12 +160,7 @@ class ProcessGroupRdv final : public c10d::ProcessGroup {
   std::vector<Peer> peers_;
   std::vector<std::unique_ptr<Watch>> watches_;
   std::atomic<int64_t> barriers_{0};  // barriers started
-  // Whether sends are staged: unknown until the first large one, then off
-  // for good when the data plane gave it memory its receiver does not read
-  // itself (the transport never lends any), else on.
-  enum class Staging { kUnknown, kOn, kOff };
-  std::atomic<Staging> staging_{Staging::kUnknown};
-  SplitCopier copier_;  // stages sends
+  SplitCopier copier_;  // stages sends (ValueToSend)
 };
 
 }  // namespace rdv::pytorch

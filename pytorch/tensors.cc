@@ -1,15 +1,44 @@
 #include "pytorch/tensors.h"
 
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "control/worker_server.h"
 #include "core/buffer.h"
 #include "core/memory.h"
 
 namespace rdv::pytorch {
+
+namespace {
+
+// A contiguous tensor by `copier`, a strided one by torch.
+void CopyForSend(const at::Tensor& tensor, Tensor& staging, SplitCopier& copier) {
+  if (tensor.is_contiguous()) {
+    copier.Copy(staging.data(), tensor.data_ptr(), tensor.nbytes());
+    return;
+  }
+  at::from_blob(staging.data(), tensor.sizes(), tensor.options()).copy_(tensor);
+}
+
+// `staging`'s bytes, holding it until rdv lets go of them.
+absl::StatusOr<Tensor> HoldUntilReleased(Tensor staging, absl::AnyInvocable<void() &&> released) {
+  void* data = staging.data();
+  const size_t bytes = staging.TotalBytes();
+  const DType dtype = staging.dtype();
+  const TensorShape shape = staging.shape();
+  auto buffer = Buffer::Wrap(data, bytes, MemoryLocation::Host(),
+                             [keep = std::move(staging), released = std::move(released)]() mutable {
+                               keep = Tensor();
+                               std::move(released)();
+                             });
+  return Tensor::FromBuffer(dtype, shape, std::move(buffer));
+}
+
+}  // namespace
 
 absl::StatusOr<DType> DTypeOf(at::ScalarType type) {
   switch (type) {
@@ -61,25 +90,17 @@ absl::StatusOr<Tensor> WrapForSend(const at::Tensor& tensor,
   return Tensor::FromBuffer(dtype, shape, std::move(buffer));
 }
 
-void CopyForSend(const at::Tensor& tensor, Tensor& staging, SplitCopier& copier) {
-  if (tensor.is_contiguous()) {
-    copier.Copy(staging.data(), tensor.data_ptr(), tensor.nbytes());
-    return;
+absl::StatusOr<Tensor> ValueToSend(const at::Tensor& tensor, control::WorkerServer& server,
+                                   SplitCopier& copier, absl::AnyInvocable<void() &&> released) {
+  if (tensor.nbytes() >= kStageFromBytes) {
+    RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeOf(tensor.scalar_type()));
+    RDV_ASSIGN_OR_RETURN(const TensorShape shape, ShapeOf(tensor));
+    if (std::optional<Tensor> staging = server.AllocatePeerReadable(dtype, shape)) {
+      CopyForSend(tensor, *staging, copier);
+      return HoldUntilReleased(*std::move(staging), std::move(released));
+    }
   }
-  at::from_blob(staging.data(), tensor.sizes(), tensor.options()).copy_(tensor);
-}
-
-absl::StatusOr<Tensor> HoldUntilReleased(Tensor staging, absl::AnyInvocable<void() &&> released) {
-  void* data = staging.data();
-  const size_t bytes = staging.TotalBytes();
-  const DType dtype = staging.dtype();
-  const TensorShape shape = staging.shape();
-  auto buffer = Buffer::Wrap(data, bytes, MemoryLocation::Host(),
-                             [keep = std::move(staging), released = std::move(released)]() mutable {
-                               keep = Tensor();
-                               std::move(released)();
-                             });
-  return Tensor::FromBuffer(dtype, shape, std::move(buffer));
+  return WrapForSend(tensor.contiguous(), std::move(released));
 }
 
 std::shared_ptr<Buffer> LandingOf(const at::Tensor& destination) {

@@ -15,6 +15,10 @@
 #include "core/status.h"
 #include "core/tensor.h"
 
+namespace rdv::control {
+class WorkerServer;
+}  // namespace rdv::control
+
 namespace rdv::pytorch {
 
 absl::StatusOr<DType> DTypeOf(at::ScalarType type);
@@ -32,15 +36,22 @@ absl::StatusOr<Tensor> WrapForSend(const at::Tensor& tensor,
 // The rdv shape of `tensor`.
 absl::StatusOr<TensorShape> ShapeOf(const at::Tensor& tensor);
 
-// Copies `tensor` (contiguous or not) into `staging`, an rdv tensor of the
-// same dtype and byte count: a contiguous one by `copier` (two threads
-// from SplitCopier::kMinSplitBytes up), a strided one by torch.
-void CopyForSend(const at::Tensor& tensor, Tensor& staging, SplitCopier& copier);
+// What a send hands rdv for `tensor` (contiguous or not). From
+// kStageFromBytes up, where `server`'s data plane has memory the receiver
+// copies out itself for it (WorkerServer::AllocatePeerReadable), a copy
+// there, made by `copier` (two threads; torch's copy for a strided
+// tensor): a staged send (docs/torch.md). Else the tensor's own bytes, made
+// contiguous first where they are not. Either stays referenced until rdv
+// lets go of it, then `released` runs (on whichever thread dropped the last
+// reference). Blocks for the copy.
+absl::StatusOr<Tensor> ValueToSend(const at::Tensor& tensor, control::WorkerServer& server,
+                                   SplitCopier& copier, absl::AnyInvocable<void() &&> released);
 
-// `staging`'s bytes as the value to send: `staging` stays referenced until
-// rdv lets go of them, then `released` runs (on whichever thread dropped
-// the last reference).
-absl::StatusOr<Tensor> HoldUntilReleased(Tensor staging, absl::AnyInvocable<void() &&> released);
+// Staging costs the sender a copy; from here up it pays: the receiver
+// then copies the value out by two threads, where UCX's rendezvous reads
+// the sender's tensor by one thread's cma. At 4 and 6 MiB it lost or tied
+// here (docs/torch.md).
+inline constexpr size_t kStageFromBytes = size_t{8} << 20;
 
 // `destination`'s storage as the landing buffer of a Recv
 // (RendezvousArgs::landing), when it is contiguous; null otherwise.

@@ -21,6 +21,7 @@
 #include "plugin/plugin_support.h"
 #include "plugin/rdv_transport.h"
 #include "ucx/ucx_context.h"
+#include "ucx/ucx_segment_sizes.h"
 #include "ucx/ucx_settings.h"
 
 namespace rdv::ucx_plugin {
@@ -304,6 +305,9 @@ int Query(rdv_transport_context_t handle, rdv_transport_attributes_t* attributes
   }
   if (attributes->field_mask & RDV_TRANSPORT_ATTR_FIELD_MAX_MESSAGE) {
     attributes->max_message_bytes = kMaxMessageBytes;
+  }
+  if (attributes->field_mask & RDV_TRANSPORT_ATTR_FIELD_PEER_COPY_FROM) {
+    attributes->peer_copy_from_bytes = context->segments_read_by_peer_copy ? kMinSegmentBytes : 0;
   }
   return RDV_TRANSPORT_OK;
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -59,6 +61,35 @@ TEST(SplitCopierTest, ConcurrentCopiesEachArriveWhole) {
     });
   }
   for (std::thread& thread : threads) thread.join();
+}
+
+// Parts cover the copy exactly once, split at the alignment asked, and a
+// part that fails, in either half, fails the copy.
+TEST(SplitCopierTest, CopyByPartsCoversEveryByteOnceAndReportsAFailedPart) {
+  SplitCopier copier(/*min_split_bytes=*/0);
+  constexpr size_t kLength = (size_t{1} << 20) + 123;
+  constexpr size_t kAlignment = 4096;
+  for (const bool fail_first : {false, true}) {
+    for (const bool fail_last : {false, true}) {
+      std::mutex mu;
+      std::vector<std::pair<size_t, size_t>> parts;
+      const bool ok = copier.CopyByParts(kLength, kAlignment, [&](size_t offset, size_t length) {
+        std::lock_guard lock(mu);
+        parts.emplace_back(offset, length);
+        return !(fail_first && offset == 0) && !(fail_last && offset + length == kLength);
+      });
+      EXPECT_EQ(ok, !fail_first && !fail_last);
+      std::sort(parts.begin(), parts.end());
+      ASSERT_FALSE(parts.empty());
+      size_t covered = 0;
+      for (const auto& [offset, length] : parts) {
+        EXPECT_EQ(offset, covered);
+        EXPECT_EQ(offset % kAlignment, 0u);
+        covered += length;
+      }
+      EXPECT_EQ(covered, kLength);
+    }
+  }
 }
 
 TEST(SplitCopierTest, AThreadOnOneCpuCopiesWhole) {

@@ -63,7 +63,8 @@ TEST_F(TransportLoaderTest, AV3TableEndingBeforeItsAppendedFunctionsLoads) {
 }
 
 // mem_query: UCX's peers read its memory by a copy of their own only where
-// it is a mapped segment (256 KiB and more) and every peer is on this host.
+// it is a mapped segment (256 KiB and more) and every peer is on this host;
+// the attribute peer_copy_from_bytes says so before anything is allocated.
 TEST(TransportAbiTest, UcxMemoryIsReadByPeerCopyOnlyInSegmentsOfOneHost) {
   struct Case {
     TransportSettings settings;
@@ -86,6 +87,8 @@ TEST(TransportAbiTest, UcxMemoryIsReadByPeerCopyOnlyInSegmentsOfOneHost) {
     auto registered = (*transport)->Register(own.data(), own.size());
     ASSERT_TRUE(registered.ok()) << registered.status();
     const std::string where = (*transport)->description();
+    EXPECT_EQ((*transport)->peer_copy_from_bytes(), c.large_read_by_copy ? size_t{256} << 10 : 0)
+        << where;
     EXPECT_EQ((*large)->read_by_peer_copy(), c.large_read_by_copy) << where;
     EXPECT_FALSE((*small)->read_by_peer_copy()) << where;
     EXPECT_FALSE((*registered)->read_by_peer_copy()) << where;
@@ -100,6 +103,7 @@ TEST(TransportAbiTest, AV2PluginLoadsWithoutSettings) {
   ASSERT_TRUE(transport.ok()) << transport.status();
   EXPECT_EQ((*transport)->abi_version(), 2u);
   EXPECT_TRUE((*transport)->settings().empty());
+  EXPECT_EQ((*transport)->peer_copy_from_bytes(), 0u);  // v2 has no memory read by copy
   auto refused = Transport::Load("ucx_abi_v2", {{"tls", "tcp"}});
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(refused.status().message(), "ABI v2, which takes no settings"))
