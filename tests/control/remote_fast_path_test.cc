@@ -97,6 +97,29 @@ TEST_P(RemoteFastPathTest, PeerReadableMemoryOnlyWhereValuesThereAreLent) {
   }
 }
 
+// A pool out of segments gives no such memory for the moment, and gives it
+// again once a staged value is let go: a shortage passes, it never turns
+// staging off.
+TEST_P(RemoteFastPathTest, PeerReadableMemoryComesBackAfterAShortage) {
+  if (!LendsMappedValues(GetParam())) GTEST_SKIP() << "no memory here is read by peer copy";
+  const absl::StatusOr<TensorShape> shape =
+      TensorShape::Create({static_cast<int64_t>(ucx_plugin::kMinSegmentBytes)});
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  std::vector<Tensor> held;
+  while (held.size() <= static_cast<size_t>(ucx_plugin::kMaxSegments)) {
+    std::optional<Tensor> staging = consumer_->AllocatePeerReadable(DType::kUInt8, *shape);
+    if (!staging.has_value()) break;
+    held.push_back(*std::move(staging));
+  }
+  ASSERT_LE(held.size(), static_cast<size_t>(ucx_plugin::kMaxSegments))
+      << "the segments never ran out";
+  ASSERT_FALSE(held.empty());
+  EXPECT_FALSE(consumer_->AllocatePeerReadable(DType::kUInt8, *shape).has_value());
+  held.pop_back();
+  EXPECT_TRUE(consumer_->AllocatePeerReadable(DType::kUInt8, *shape).has_value())
+      << "a segment let go was not given again";
+}
+
 TEST_P(RemoteFastPathTest, FastPathAsyncRecvsOfOneKeyAllArrive) {
   const ParsedKey key = Key("async");
   constexpr int kValues = 16;
