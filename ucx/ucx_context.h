@@ -4,8 +4,8 @@
 // ucx_settings.cc (the environment), ucx_endpoints.cc (connect, disconnect,
 // abort), ucx_transfers.cc (get, put, tagged send and receive, and their
 // completions), ucx_shared_memory.cc (memory `mapped`: System V segments
-// and peers' attachments) and ucx_transport.cc (init, progress, memory,
-// the ABI table).
+// and peers' attachments), ucx_log.cc (UCX's own lines to the host's
+// logger) and ucx_transport.cc (init, progress, memory, the ABI table).
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -18,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -27,6 +28,7 @@
 #include "plugin/plugin_support.h"
 #include "plugin/rdv_transport.h"
 #include "core/split_copy.h"
+#include "ucx/ucx_log.h"
 #include "ucx/ucx_shared_memory.h"
 
 namespace rdv::ucx_plugin {
@@ -77,6 +79,7 @@ struct Context {
   std::atomic<bool> stop{false};
   std::thread progress;
   plugin_support::PluginLog log;  // the host's logger
+  std::optional<LogRoute> log_route;  // UCX's own lines through `log`, once configured
   rdv_transport_message_fn on_message = nullptr;  // null: messages are not taken
   void* on_message_user = nullptr;
   uint32_t preferred_op = RDV_TRANSPORT_OP_GET;

@@ -172,6 +172,7 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
   }
   auto* context = new Context;
   context->log.Configure(params);
+  context->log_route.emplace(&context->log);
   context->busy_poll = settings.busy_poll;
   context->spin = settings.spin;
   context->mapped_memory = settings.mapped_memory;
@@ -184,7 +185,10 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
   }
 
   static std::once_flag handler_pushed;
-  std::call_once(handler_pushed, [] { ucs_log_push_handler(KeepCmaFailuresFromAborting); });
+  std::call_once(handler_pushed, [] {
+    ucs_log_push_handler(KeepCmaFailuresFromAborting);
+    ucs_log_push_handler(RouteToHostLog);
+  });
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK) {

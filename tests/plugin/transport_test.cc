@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/logging.h"
 #include "core/notification.h"
 #include "gtest/gtest.h"
 #include "tests/plugin/transport_conformance.h"
@@ -93,6 +94,35 @@ TEST(TransportAbiTest, UcxMemoryIsReadByPeerCopyOnlyInSegmentsOfOneHost) {
     EXPECT_FALSE((*small)->read_by_peer_copy()) << where;
     EXPECT_FALSE((*registered)->read_by_peer_copy()) << where;
   }
+}
+
+// UCX's own lines go through rdv's logger, in its format and under its
+// level, not printed by UCX: an unknown UCX_* variable makes UCX warn at its
+// first init in a process (ctest runs each case in a process of its own).
+std::string StderrOfALoadWithAnUnknownUcxVariable() {
+  setenv("UCX_RDV_TEST_NO_SUCH_SETTING", "1", 1);
+  ::testing::internal::CaptureStderr();
+  auto transport = Transport::Load("ucx", {{"tls", "tcp"}});
+  std::string printed = ::testing::internal::GetCapturedStderr();
+  unsetenv("UCX_RDV_TEST_NO_SUCH_SETTING");
+  EXPECT_TRUE(transport.ok()) << transport.status();
+  return printed;
+}
+
+TEST(TransportAbiTest, UcxOwnWarningsGoThroughRdvsLogger) {
+  const std::string printed = StderrOfALoadWithAnUnknownUcxVariable();
+  EXPECT_TRUE(absl::StrContains(printed, "rdv warning")) << printed;
+  EXPECT_TRUE(absl::StrContains(printed, "UCX parser.c")) << printed;
+  EXPECT_TRUE(absl::StrContains(printed, "UCX_RDV_TEST_NO_SUCH_SETTING")) << printed;
+  EXPECT_FALSE(absl::StrContains(printed, "UCX  WARN")) << "UCX printed it itself: " << printed;
+}
+
+TEST(TransportAbiTest, UcxOwnWarningsFollowRdvsLogLevel) {
+  const LogLevel before = CurrentLogLevel();
+  SetLogLevel(LogLevel::kError);
+  const std::string printed = StderrOfALoadWithAnUnknownUcxVariable();
+  SetLogLevel(before);
+  EXPECT_FALSE(absl::StrContains(printed, "UCX_RDV_TEST_NO_SUCH_SETTING")) << printed;
 }
 
 // A plugin built against the frozen v2 ABI (the UCX plugin, built so) still

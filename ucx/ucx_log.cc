@@ -1,0 +1,68 @@
+#include "ucx/ucx_log.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rdv::ucx_plugin {
+namespace {
+
+// The logs of live contexts, newest last. Never destroyed: UCX may log
+// while the process exits.
+std::mutex& RoutesMu() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::vector<const plugin_support::PluginLog*>& Routes() {
+  static auto* routes = new std::vector<const plugin_support::PluginLog*>;
+  return *routes;
+}
+
+// The ABI's levels: 0 error, 1 warning, 2 info, 3 debug, 4 trace.
+int HostLevelOf(ucs_log_level_t level) {
+  switch (level) {
+    case UCS_LOG_LEVEL_FATAL:
+    case UCS_LOG_LEVEL_ERROR: return 0;
+    case UCS_LOG_LEVEL_WARN: return 1;
+    case UCS_LOG_LEVEL_DIAG:
+    case UCS_LOG_LEVEL_INFO: return 2;
+    case UCS_LOG_LEVEL_DEBUG: return 3;
+    default: return 4;
+  }
+}
+
+}  // namespace
+
+ucs_log_func_rc_t RouteToHostLog(const char* file, unsigned line, const char*,
+                                 ucs_log_level_t level, const ucs_log_component_config_t*,
+                                 const char* format, va_list arguments) {
+  if (level == UCS_LOG_LEVEL_FATAL) return UCS_LOG_FUNC_RC_CONTINUE;
+  std::lock_guard lock(RoutesMu());
+  if (Routes().empty()) return UCS_LOG_FUNC_RC_CONTINUE;
+  char message[512];
+  va_list copy;
+  va_copy(copy, arguments);
+  std::vsnprintf(message, sizeof message, format, copy);
+  va_end(copy);
+  const std::string_view path(file);
+  const std::string_view name = path.substr(path.find_last_of('/') + 1);
+  (*Routes().back())(HostLevelOf(level),
+                     "UCX " + std::string(name) + ":" + std::to_string(line) + ": " + message);
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
+LogRoute::LogRoute(const plugin_support::PluginLog* log) : log_(log) {
+  std::lock_guard lock(RoutesMu());
+  Routes().push_back(log_);
+}
+
+LogRoute::~LogRoute() {
+  std::lock_guard lock(RoutesMu());
+  std::vector<const plugin_support::PluginLog*>& routes = Routes();
+  routes.erase(std::find(routes.begin(), routes.end(), log_));
+}
+
+}  // namespace rdv::ucx_plugin
