@@ -21,8 +21,11 @@ std::vector<const plugin_support::PluginLog*>& Routes() {
   return *routes;
 }
 
+thread_local bool tearing_down = false;  // WorkerTeardown
+
 // The ABI's levels: 0 error, 1 warning, 2 info, 3 debug, 4 trace.
 int HostLevelOf(ucs_log_level_t level) {
+  if (tearing_down && level <= UCS_LOG_LEVEL_WARN) return 2;
   switch (level) {
     case UCS_LOG_LEVEL_FATAL:
     case UCS_LOG_LEVEL_ERROR: return 0;
@@ -53,6 +56,9 @@ ucs_log_func_rc_t RouteToHostLog(const char* file, unsigned line, const char*,
                      "UCX " + std::string(name) + ":" + std::to_string(line) + ": " + message);
   return UCS_LOG_FUNC_RC_STOP;
 }
+
+WorkerTeardown::WorkerTeardown() { tearing_down = true; }
+WorkerTeardown::~WorkerTeardown() { tearing_down = false; }
 
 LogRoute::LogRoute(const plugin_support::PluginLog* log) : log_(log) {
   std::lock_guard lock(RoutesMu());

@@ -21,6 +21,18 @@ ucs_log_func_rc_t RouteToHostLog(const char* file, unsigned line, const char* fu
                                  ucs_log_level_t level, const ucs_log_component_config_t* config,
                                  const char* format, va_list arguments);
 
+// While it lives on a thread, the lines UCX logs on that thread are about
+// what a worker being destroyed still held (values in flight when their
+// worker stops, which a stopping worker drops by design): RouteToHostLog
+// logs its warnings and errors at info.
+class WorkerTeardown {
+ public:
+  WorkerTeardown();
+  ~WorkerTeardown();
+  WorkerTeardown(const WorkerTeardown&) = delete;
+  WorkerTeardown& operator=(const WorkerTeardown&) = delete;
+};
+
 // While it lives, RouteToHostLog may log through `log`, which must outlive
 // it and be configured before.
 class LogRoute {

@@ -280,7 +280,10 @@ void Finalize(rdv_transport_context_t handle) {
     // Destroying the worker purges what an aborted endpoint still had
     // pending (its wireup queue), running their callbacks: orphans among
     // them free themselves there, the rest after.
-    ucp_worker_destroy(context->worker);
+    {
+      const WorkerTeardown teardown;
+      ucp_worker_destroy(context->worker);
+    }
     for (Operation* op : context->orphans) delete op;
     ucp_cleanup(context->ucp);
   }
