@@ -20,6 +20,11 @@ namespace {
 // How long the thread waits on a connection before it looks again at what
 // is watched (and whether to stop).
 constexpr absl::Duration kSlice = absl::Milliseconds(100);
+// How long the thread goes on watching after the last watch was added
+// before it sleeps until the next: a stream of short transfers (a watch per
+// value sent, ended within microseconds) then adds its watches without
+// waking it for each.
+constexpr absl::Duration kLinger = absl::Seconds(1);
 
 }  // namespace
 
@@ -61,6 +66,8 @@ class PeerWatch::Impl : public std::enable_shared_from_this<Impl> {
   absl::flat_hash_map<uint64_t, Watched> watches_;  // mu_
   uint64_t next_id_ = 1;                         // mu_
   bool running_ = false;                         // mu_: thread_ is in Run
+  bool idle_ = false;                            // mu_: Run sleeps until a watch comes
+  absl::Time last_added_ = absl::InfinitePast();  // mu_
   bool reached_ = false;                         // mu_: answered since last lost
   bool stop_ = false;                            // mu_
   grpc::ClientContext* probe_ = nullptr;         // mu_: the Handshake in flight
@@ -95,8 +102,9 @@ uint64_t PeerWatch::Impl::Add(Lost lost, bool heard) {
   if (heard) reached_ = true;
   const uint64_t id = next_id_++;
   watches_.emplace(id, Watched{std::move(lost)});
+  last_added_ = absl::Now();
   if (running_) {
-    changed_.notify_all();
+    if (idle_) changed_.notify_all();
     return id;
   }
   // The previous thread has left Run (or never ran).
@@ -145,9 +153,11 @@ bool PeerWatch::Impl::WatchingReached() const {
 void PeerWatch::Impl::Run() {
   std::unique_lock lock(mu_);
   while (!stop_) {
-    if (watches_.empty()) {
+    if (watches_.empty() && absl::Now() - last_added_ >= kLinger) {
+      idle_ = true;
       const bool more = changed_.wait_for(lock, absl::ToChronoNanoseconds(peer_timeout_),
                                           [this] { return stop_ || !watches_.empty(); });
+      idle_ = false;
       if (!more) break;
       continue;
     }
