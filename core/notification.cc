@@ -1,19 +1,76 @@
 #include "core/notification.h"
 
-#include <chrono>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <ctime>
 
 namespace rdv {
+namespace {
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a futex is one 32-bit word");
+
+uint32_t* FutexWord(std::atomic<uint32_t>& state) { return reinterpret_cast<uint32_t*>(&state); }
+
+// FUTEX_WAIT_BITSET takes an absolute deadline on CLOCK_MONOTONIC, so a
+// wait woken early goes back to sleep without recomputing what is left.
+void FutexWait(std::atomic<uint32_t>& state, uint32_t expected, const struct timespec* deadline) {
+  syscall(SYS_futex, FutexWord(state), FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, deadline,
+          nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>& state) {
+  syscall(SYS_futex, FutexWord(state), FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, nullptr, nullptr,
+          0);
+}
+
+bool HasPassed(const struct timespec& deadline) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return now.tv_sec > deadline.tv_sec ||
+         (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec);
+}
+
+}  // namespace
+
+void Notification::Notify() {
+  if (state_.exchange(kNotified, std::memory_order_acq_rel) == kWaitedFor) {
+    FutexWakeAll(state_);
+  }
+}
+
+bool Notification::WaitUntil(const struct timespec* deadline) const {
+  uint32_t state = state_.load(std::memory_order_acquire);
+  while (state != kNotified) {
+    if (state == kUnset &&
+        !state_.compare_exchange_weak(state, kWaitedFor, std::memory_order_acquire)) {
+      continue;
+    }
+    // Returns at a wake-up, a signal, the deadline, or at once when the
+    // word is no longer kWaitedFor (Notify came between the load and here).
+    FutexWait(state_, kWaitedFor, deadline);
+    state = state_.load(std::memory_order_acquire);
+    if (state != kNotified && deadline != nullptr && HasPassed(*deadline)) return false;
+  }
+  return true;
+}
+
+void Notification::WaitForNotification() const { WaitUntil(nullptr); }
 
 bool Notification::WaitForNotificationWithTimeout(absl::Duration timeout) const {
-  // Longer than this is forever; it also keeps the chrono arithmetic from
+  // Longer than this is forever; it also keeps the timespec arithmetic from
   // overflowing.
   constexpr absl::Duration kForever = absl::Hours(24 * 365);
-  if (timeout >= kForever) {
-    WaitForNotification();
-    return true;
-  }
-  std::unique_lock lock(mu_);
-  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return notified_; });
+  if (timeout >= kForever) return WaitUntil(nullptr);
+  if (HasBeenNotified()) return true;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const struct timespec deadline =
+      absl::ToTimespec(absl::DurationFromTimespec(now) + std::max(timeout, absl::ZeroDuration()));
+  return WaitUntil(&deadline);
 }
 
 }  // namespace rdv
