@@ -15,9 +15,8 @@ std::shared_ptr<SideTransfer> SideTransfer::Start(std::shared_ptr<WorkerClient> 
     return Fetch(std::move(worker), data_plane, decoder.meta().transport(), decoder.tensor(), key,
                  std::move(done));
   }
-  std::shared_ptr<SideTransfer> transfer(
-      new SideTransfer(worker, data_plane, Describe(*worker, key, decoder.tensor()),
-                       std::move(done)));
+  std::shared_ptr<SideTransfer> transfer(new SideTransfer(
+      std::move(worker), data_plane, key, decoder.tensor().TotalBytes(), std::move(done)));
   FetchByCudaIpc(decoder.meta().cuda_ipc(), decoder.tensor(),
                  [transfer](absl::Status status) { transfer->TransportDone(std::move(status)); });
   return transfer;
@@ -28,9 +27,8 @@ std::shared_ptr<SideTransfer> SideTransfer::Fetch(std::shared_ptr<WorkerClient> 
                                                   const TransportDescriptor& descriptor,
                                                   const Tensor& destination,
                                                   absl::string_view key, Done done) {
-  std::string what = Describe(*worker, key, destination);
-  std::shared_ptr<SideTransfer> transfer(
-      new SideTransfer(std::move(worker), data_plane, std::move(what), std::move(done)));
+  std::shared_ptr<SideTransfer> transfer(new SideTransfer(
+      std::move(worker), data_plane, key, destination.TotalBytes(), std::move(done)));
   transfer->descriptor_ = descriptor;
   const uint64_t watch_id = transfer->worker_->watch->Watch(
       [weak = std::weak_ptr<SideTransfer>(transfer)](const absl::Status& status) {
@@ -52,18 +50,18 @@ std::shared_ptr<SideTransfer> SideTransfer::Fetch(std::shared_ptr<WorkerClient> 
   return transfer;
 }
 
-std::string SideTransfer::Describe(const WorkerClient& worker, absl::string_view key,
-                                   const Tensor& destination) {
-  return absl::StrCat("the transfer of '", Excerpt(key), "' (", destination.TotalBytes(),
-                      " bytes) from worker ", worker.worker_name, " at ", worker.address);
+std::string SideTransfer::Describe() const {
+  return absl::StrCat("the transfer of '", Excerpt(key_), "' (", bytes_, " bytes) from worker ",
+                      worker_->worker_name, " at ", worker_->address);
 }
 
 SideTransfer::SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
-                           std::string what, Done done)
+                           absl::string_view key, size_t bytes, Done done)
     : counted_(worker->calls),
       worker_(std::move(worker)),
       data_plane_(data_plane),
-      what_(std::move(what)),
+      key_(key),
+      bytes_(bytes),
       done_(std::move(done)) {}
 
 bool SideTransfer::Claim() {
@@ -86,7 +84,7 @@ void SideTransfer::TransportDone(absl::Status status) {
   Unwatch();
   if (!Claim()) return;
   if (!status.ok()) {
-    status = absl::Status(status.code(), absl::StrCat(what_, " failed: ", status.message()));
+    status = absl::Status(status.code(), absl::StrCat(Describe(), " failed: ", status.message()));
   }
   std::move(done_)(std::move(status));
 }
@@ -108,8 +106,8 @@ void SideTransfer::Told(const absl::Status& status) {
     return;
   }
   std::move(done_)(absl::DataLossError(
-      absl::StrCat(what_, " failed: the producer reported its send done, but the bytes did not ",
-                   "arrive within ", absl::FormatDuration(limit))));
+      absl::StrCat(Describe(), " failed: the producer reported its send done, but the bytes ",
+                   "did not arrive within ", absl::FormatDuration(limit))));
 }
 
 void SideTransfer::ExpectArrivalWithin(absl::Duration limit) {

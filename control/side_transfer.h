@@ -54,11 +54,11 @@ class SideTransfer {
   void ExpectArrivalWithin(absl::Duration limit);
 
  private:
-  SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane, std::string what,
-               Done done);
-  // "the transfer of 'KEY' (N bytes) from worker W at A".
-  static std::string Describe(const WorkerClient& worker, absl::string_view key,
-                              const Tensor& destination);
+  SideTransfer(std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
+               absl::string_view key, size_t bytes, Done done);
+  // "the transfer of 'KEY' (N bytes) from worker W at A", for its errors:
+  // made only when one comes, as every fast Recv is a transfer.
+  std::string Describe() const;
   void TransportDone(absl::Status status);
   // From the watch: the producer is lost, or the arrival limit passed.
   void Told(const absl::Status& status);
@@ -69,8 +69,8 @@ class SideTransfer {
   CountedCall counted_;  // first: the count ends after worker_ is gone
   const std::shared_ptr<WorkerClient> worker_;  // for its watch
   DataPlane* const data_plane_;
-  // "the transfer of 'KEY' (N bytes) from worker W at A", for its errors.
-  const std::string what_;
+  const std::string key_;
+  const size_t bytes_;
   TransportDescriptor descriptor_;  // set before the fetch starts; empty for CUDA IPC
   Done done_;
   std::mutex mu_;
