@@ -80,7 +80,8 @@ void FastRecvCall::Start() {
   }
   std::shared_ptr<SideTransfer> transfer = SideTransfer::Fetch(
       worker_, plane, descriptor, destination_, key_,
-      [self](absl::Status status) { self->TransferDone(std::move(status)); });
+      [self](absl::Status status) { self->TransferDone(std::move(status)); },
+      ahead_ ? PeerWatch::Stake::kUnawaited : PeerWatch::Stake::kAwaited);
   bool ended = false;
   {
     std::lock_guard lock(mu_);

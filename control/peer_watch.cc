@@ -1,5 +1,6 @@
 #include "control/peer_watch.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -34,7 +35,7 @@ class PeerWatch::Impl : public std::enable_shared_from_this<Impl> {
        absl::Duration peer_timeout);
   // Asks the thread to stop; joins it unless called on it.
   void Stop();
-  uint64_t Add(Lost lost, bool heard);
+  uint64_t Add(Lost lost, bool heard, Stake stake);
   void SetDeadline(uint64_t id, absl::Time deadline);
   void Unwatch(uint64_t id);
   bool WatchingReached() const;
@@ -42,6 +43,7 @@ class PeerWatch::Impl : public std::enable_shared_from_this<Impl> {
  private:
   struct Watched {
     Lost lost;
+    Stake stake = Stake::kAwaited;
     absl::Time deadline = absl::InfiniteFuture();
   };
 
@@ -97,11 +99,11 @@ void PeerWatch::Impl::Stop() {
   }
 }
 
-uint64_t PeerWatch::Impl::Add(Lost lost, bool heard) {
+uint64_t PeerWatch::Impl::Add(Lost lost, bool heard, Stake stake) {
   std::unique_lock lock(mu_);
   if (heard) reached_ = true;
   const uint64_t id = next_id_++;
-  watches_.emplace(id, Watched{std::move(lost)});
+  watches_.emplace(id, Watched{std::move(lost), stake});
   last_added_ = absl::Now();
   if (running_) {
     if (idle_) changed_.notify_all();
@@ -180,7 +182,14 @@ void PeerWatch::Impl::Run() {
     const absl::Status status = absl::UnavailableError(
         absl::StrCat("worker ", worker_name_, " at ", address_,
                      " was lost while a transfer with it was in flight: ", why));
-    RDV_LOG(Warning) << status.message();
+    const bool awaited = std::any_of(watches_.begin(), watches_.end(), [](const auto& watch) {
+      return watch.second.stake == Stake::kAwaited;
+    });
+    if (awaited) {
+      RDV_LOG(Warning) << status.message();
+    } else {
+      RDV_LOG(Info) << status.message() << " (no Recv here waited for what it ended)";
+    }
     absl::flat_hash_map<uint64_t, Watched> told = std::move(watches_);
     watches_.clear();
     lock.unlock();
@@ -246,10 +255,12 @@ PeerWatch::PeerWatch(std::shared_ptr<grpc::Channel> channel, std::string worker_
 
 PeerWatch::~PeerWatch() { impl_->Stop(); }
 
-uint64_t PeerWatch::Watch(Lost lost) { return impl_->Add(std::move(lost), /*heard=*/true); }
+uint64_t PeerWatch::Watch(Lost lost, Stake stake) {
+  return impl_->Add(std::move(lost), /*heard=*/true, stake);
+}
 
 uint64_t PeerWatch::WatchOnceAnswered(Lost lost) {
-  return impl_->Add(std::move(lost), /*heard=*/false);
+  return impl_->Add(std::move(lost), /*heard=*/false, Stake::kUnawaited);
 }
 
 void PeerWatch::SetDeadline(uint64_t id, absl::Time deadline) { impl_->SetDeadline(id, deadline); }

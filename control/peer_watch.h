@@ -32,6 +32,14 @@ class PeerWatch {
   // lost, DEADLINE_EXCEEDED when the watch's deadline passed first.
   using Lost = absl::AnyInvocable<void(const absl::Status&) &&>;
 
+  // Whether a Recv of this worker waits for the watched transfer. A loss is
+  // logged as a warning when one does. A loss that ends only unawaited ones
+  // is logged at info: values read ahead that no Recv claimed, and what a
+  // producer holds or sends for its consumer (a peer's clean exit may end
+  // those: the value arrived, the send's completion did not). The status
+  // each watch is told reports the loss either way.
+  enum class Stake { kAwaited, kUnawaited };
+
   // `channel` leads to the worker `worker_name` at `address`.
   PeerWatch(std::shared_ptr<grpc::Channel> channel, std::string worker_name, std::string address,
             absl::Duration peer_timeout);
@@ -43,10 +51,11 @@ class PeerWatch {
   // `lost` runs once if the worker is lost before Unwatch(id). It may be
   // running when Unwatch is called: the caller settles which came first.
   // The caller just heard from the worker (an answer over the channel).
-  uint64_t Watch(Lost lost);
+  uint64_t Watch(Lost lost, Stake stake = Stake::kAwaited);
   // The same for a caller that has not heard from the worker itself (a
-  // producer watching the consumer a key names): `lost` runs only if the
-  // watch reached the worker before it was lost.
+  // producer watching the consumer a key names, for which nothing here
+  // waits: kUnawaited): `lost` runs only if the watch reached the worker
+  // before it was lost.
   uint64_t WatchOnceAnswered(Lost lost);
   // Tells the watch `id` at `deadline` (within 100 ms) if it is still
   // watched then.

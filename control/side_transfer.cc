@@ -26,14 +26,16 @@ std::shared_ptr<SideTransfer> SideTransfer::Fetch(std::shared_ptr<WorkerClient> 
                                                   DataPlane* data_plane,
                                                   const TransportDescriptor& descriptor,
                                                   const Tensor& destination,
-                                                  absl::string_view key, Done done) {
+                                                  absl::string_view key, Done done,
+                                                  PeerWatch::Stake stake) {
   std::shared_ptr<SideTransfer> transfer(new SideTransfer(
       std::move(worker), data_plane, key, destination.TotalBytes(), std::move(done)));
   transfer->descriptor_ = descriptor;
   const uint64_t watch_id = transfer->worker_->watch->Watch(
       [weak = std::weak_ptr<SideTransfer>(transfer)](const absl::Status& status) {
         if (std::shared_ptr<SideTransfer> told = weak.lock()) told->Told(status);
-      });
+      },
+      stake);
   {
     std::lock_guard lock(transfer->mu_);
     transfer->watch_id_ = watch_id;

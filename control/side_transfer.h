@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "control/data_plane.h"
+#include "control/peer_watch.h"
 #include "control/tensor_codec.h"
 #include "control/worker_cache.h"
 
@@ -35,12 +36,12 @@ class SideTransfer {
                                              absl::string_view key, Done done);
   // The data-plane transfer `descriptor` describes into `destination`
   // (from the data plane's ReceiveAllocator, of the descriptor's length):
-  // the fast path's, which has no answer to decode.
-  static std::shared_ptr<SideTransfer> Fetch(std::shared_ptr<WorkerClient> worker,
-                                             DataPlane* data_plane,
-                                             const TransportDescriptor& descriptor,
-                                             const Tensor& destination, absl::string_view key,
-                                             Done done);
+  // the fast path's, which has no answer to decode. `stake`: whether a Recv
+  // waits for it (PeerWatch::Stake).
+  static std::shared_ptr<SideTransfer> Fetch(
+      std::shared_ptr<WorkerClient> worker, DataPlane* data_plane,
+      const TransportDescriptor& descriptor, const Tensor& destination, absl::string_view key,
+      Done done, PeerWatch::Stake stake = PeerWatch::Stake::kAwaited);
 
   // Asks the transport to end it early (a tagged receive no send matched
   // yet); `done` then runs on the transport's thread. Safe under the

@@ -6,11 +6,13 @@
 
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "control/security.h"
 #include "control/worker_cache.h"
 #include "control/worker_process.h"
 #include "control/worker_server.h"
+#include "core/logging.h"
 #include "core/notification.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -59,6 +61,37 @@ TEST(PeerWatchTest, AWorkerReachedThenStoppedIsLostWithinThePeerTimeout) {
   ASSERT_TRUE(told.done.WaitForNotificationWithTimeout(rdv::testing::kWaitLimit));
   EXPECT_TRUE(absl::IsUnavailable(told.status)) << told.status;
   EXPECT_LT(absl::Now() - stopped, kPeerTimeout + absl::Seconds(2));
+}
+
+// A loss that ends only transfers no Recv here waits for (read ahead, or
+// held for a consumer; a peer's clean exit may end those) is logged at
+// info; one that ends a transfer a Recv waits for, as a warning. Both are
+// told.
+TEST(PeerWatchTest, ALossIsAWarningOnlyWhereARecvWaited) {
+  const LogLevel level = CurrentLogLevel();
+  SetLogLevel(LogLevel::kInfo);
+  for (const bool awaited : {false, true}) {
+    WorkerServerOptions options;
+    options.cluster = *ClusterSpec::FromFlag("worker=127.0.0.1:1");
+    absl::StatusOr<std::unique_ptr<WorkerServer>> server = WorkerServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    Told ahead;
+    Told waited;
+    std::unique_ptr<PeerWatch> watch = WatchOf((*server)->address());
+    watch->Watch(ahead.Capture(), PeerWatch::Stake::kUnawaited);
+    if (awaited) watch->Watch(waited.Capture());
+    ::testing::internal::CaptureStderr();
+    (*server)->Shutdown();
+    const bool told = ahead.done.WaitForNotificationWithTimeout(rdv::testing::kWaitLimit) &&
+                      (!awaited || waited.done.WaitForNotificationWithTimeout(
+                                       rdv::testing::kWaitLimit));
+    const std::string logged = ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(told) << "awaited " << awaited;
+    EXPECT_TRUE(absl::IsUnavailable(ahead.status)) << ahead.status;
+    EXPECT_EQ(absl::StrContains(logged, "rdv warning"), awaited) << logged;
+    EXPECT_EQ(absl::StrContains(logged, "no Recv here waited"), !awaited) << logged;
+  }
+  SetLogLevel(level);
 }
 
 TEST(PeerWatchTest, AnAddressThatNeverAnsweredIsNotLostToAWatchThatHeardNothing) {
