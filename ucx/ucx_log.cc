@@ -37,23 +37,34 @@ int HostLevelOf(ucs_log_level_t level) {
   }
 }
 
-}  // namespace
-
-ucs_log_func_rc_t RouteToHostLog(const char* file, unsigned line, const char*,
-                                 ucs_log_level_t level, const ucs_log_component_config_t*,
-                                 const char* format, va_list arguments) {
-  if (level == UCS_LOG_LEVEL_FATAL) return UCS_LOG_FUNC_RC_CONTINUE;
-  std::lock_guard lock(RoutesMu());
-  if (Routes().empty()) return UCS_LOG_FUNC_RC_CONTINUE;
+std::string Format(const char* format, va_list arguments) {
   char message[512];
   va_list copy;
   va_copy(copy, arguments);
   std::vsnprintf(message, sizeof message, format, copy);
   va_end(copy);
+  return message;
+}
+
+}  // namespace
+
+ucs_log_func_rc_t RouteToHostLog(const char* file, unsigned line, const char*,
+                                 ucs_log_level_t level, const ucs_log_component_config_t*,
+                                 const char* format, va_list arguments) {
   const std::string_view path(file);
   const std::string_view name = path.substr(path.find_last_of('/') + 1);
-  (*Routes().back())(HostLevelOf(level),
-                     "UCX " + std::string(name) + ":" + std::to_string(line) + ": " + message);
+  const bool cma_failure = level == UCS_LOG_LEVEL_FATAL && name == "cma_ep.c";
+  if (level == UCS_LOG_LEVEL_FATAL && !cma_failure) return UCS_LOG_FUNC_RC_CONTINUE;
+  std::lock_guard lock(RoutesMu());
+  if (Routes().empty()) return cma_failure ? UCS_LOG_FUNC_RC_STOP : UCS_LOG_FUNC_RC_CONTINUE;
+  if (cma_failure) {
+    (*Routes().back())(1, "UCX cma: " + Format(format, arguments) +
+                              " (fatal to UCX 1.13; rdv fails this transfer instead)");
+    return UCS_LOG_FUNC_RC_STOP;
+  }
+  (*Routes().back())(HostLevelOf(level), "UCX " + std::string(name) + ":" +
+                                             std::to_string(line) + ": " +
+                                             Format(format, arguments));
   return UCS_LOG_FUNC_RC_STOP;
 }
 

@@ -3,7 +3,13 @@
 // RDV_LOG_LEVEL governs them too and they keep rdv's format. Every context
 // of a process logs to the same host logger, so any live one's log serves;
 // while none lives, UCX prints them itself. Fatal lines stay UCX's: it
-// aborts after them (but see ucx_transport.cc for cma's).
+// aborts after them. But for cma's: UCX 1.13 aborts the process when cma's
+// process_vm_readv or writev fails on an endpoint without peer-failure
+// handling (every endpoint over shared memory: posix cannot report a lost
+// peer), as it does when the peer process exited mid-transfer (ESRCH). The
+// copy has already failed by then and UCX returns the error to the
+// operation once the log returns, so the handler keeps the process alive
+// and that transfer fails (UNAVAILABLE), and logs the line as a warning.
 #pragma once
 
 #include <ucs/debug/log_def.h>
@@ -14,9 +20,9 @@
 
 namespace rdv::ucx_plugin {
 
-// UCX's log handler (ucs_log_push_handler) that hands lines to a live
-// context's log. Any thread, inside UCX's calls; does not block beyond the
-// host logger's own lock.
+// UCX's log handler (ucs_log_push_handler, the plugin's only one) that
+// hands lines to a live context's log. Any thread, inside UCX's calls; does
+// not block beyond the host logger's own lock.
 ucs_log_func_rc_t RouteToHostLog(const char* file, unsigned line, const char* function,
                                  ucs_log_level_t level, const ucs_log_component_config_t* config,
                                  const char* format, va_list arguments);

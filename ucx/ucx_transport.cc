@@ -13,7 +13,6 @@
 #include <cstring>
 #include <mutex>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include <ucs/debug/log_def.h>
@@ -56,35 +55,7 @@ int UcxError(rdv_transport_error_t* error, ucs_status_t status, const char* what
 
 namespace {
 
-// The context whose progress thread this is: UCX's log handler below names
-// the failure through its logger.
-thread_local Context* progressing = nullptr;
-
-// UCX 1.13 aborts the process when cma's process_vm_readv or writev fails
-// on an endpoint without peer-failure handling (every endpoint over shared
-// memory: posix cannot report a lost peer), as it does when the peer
-// process exited mid-transfer (ESRCH). The copy has already failed by then
-// and UCX returns the error to the operation once the log returns, so the
-// process lives and that transfer fails (UNAVAILABLE).
-ucs_log_func_rc_t KeepCmaFailuresFromAborting(const char* file, unsigned, const char*,
-                                              ucs_log_level_t level,
-                                              const ucs_log_component_config_t*,
-                                              const char* format, va_list arguments) {
-  const std::string_view source(file);
-  if (level != UCS_LOG_LEVEL_FATAL || !(source == "cma_ep.c" || source.ends_with("/cma_ep.c"))) {
-    return UCS_LOG_FUNC_RC_CONTINUE;
-  }
-  if (progressing != nullptr) {
-    char message[512];
-    std::vsnprintf(message, sizeof message, format, arguments);
-    progressing->log(1, std::string("UCX cma: ") + message +
-                            " (fatal to UCX 1.13; rdv fails this transfer instead)");
-  }
-  return UCS_LOG_FUNC_RC_STOP;
-}
-
 void ProgressLoop(Context* context) {
-  progressing = context;
   context->progress_id.store(std::this_thread::get_id(), std::memory_order_release);
   auto last_work = std::chrono::steady_clock::now();
   while (!context->stop.load(std::memory_order_acquire)) {
@@ -186,7 +157,6 @@ int Init(const rdv_transport_init_params_t* params, rdv_transport_context_t* out
 
   static std::once_flag handler_pushed;
   std::call_once(handler_pushed, [] {
-    ucs_log_push_handler(KeepCmaFailuresFromAborting);
     ucs_log_push_handler(RouteToHostLog);
   });
   ucp_config_t* config = nullptr;

@@ -67,6 +67,35 @@ TEST(UcxLogRouteTest, FatalLinesStayUcxs) {
   EXPECT_TRUE(logged.lines.empty());
 }
 
+ucs_log_func_rc_t LogFromCma(ucs_log_level_t level, const char* format, ...) {
+  va_list arguments;
+  va_start(arguments, format);
+  const ucs_log_func_rc_t rc = RouteToHostLog("/src/uct/sm/scopy/cma/cma_ep.c", 105,
+                                              "uct_cma_ep_tx_error", level, nullptr, format,
+                                              arguments);
+  va_end(arguments);
+  return rc;
+}
+
+// UCX 1.13 aborts after a failed cma copy on an endpoint without
+// peer-failure handling; the handler keeps the process (the transfer fails
+// instead), with or without a live context to log through.
+TEST(UcxLogRouteTest, AFatalCmaFailureIsAWarningAndNotAnAbort) {
+  EXPECT_EQ(LogFromCma(UCS_LOG_LEVEL_FATAL, "process_vm_readv failed: %s", "No such process"),
+            UCS_LOG_FUNC_RC_STOP);
+  Logged logged;
+  const plugin_support::PluginLog log = LogInto(&logged);
+  const LogRoute route(&log);
+  EXPECT_EQ(LogFromCma(UCS_LOG_LEVEL_FATAL, "process_vm_readv failed: %s", "No such process"),
+            UCS_LOG_FUNC_RC_STOP);
+  EXPECT_EQ(LogFromCma(UCS_LOG_LEVEL_WARN, "slow"), UCS_LOG_FUNC_RC_STOP);
+  const std::vector<std::pair<int, std::string>> expected = {
+      {1, "UCX cma: process_vm_readv failed: No such process (fatal to UCX 1.13; rdv fails this "
+          "transfer instead)"},
+      {1, "UCX cma_ep.c:105: slow"}};
+  EXPECT_EQ(logged.lines, expected);
+}
+
 TEST(UcxLogRouteTest, WarningsWhileAWorkerIsTornDownAreInfo) {
   Logged logged;
   const plugin_support::PluginLog log = LogInto(&logged);
