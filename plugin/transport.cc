@@ -319,7 +319,8 @@ absl::Status Transport::Initialize() {
     messages_follow_puts_ = attributes.messages_follow_puts != 0 &&
                             (attributes.ops & RDV_TRANSPORT_OP_PUT) != 0;
   }
-  if (api_.mem_query != nullptr) peer_copy_from_bytes_ = attributes.peer_copy_from_bytes;
+  // Zero where it was not asked for: `attributes` started zeroed.
+  peer_copy_from_bytes_ = attributes.peer_copy_from_bytes;
   return absl::OkStatus();
 }
 
