@@ -50,8 +50,13 @@ void ReleaseBatcher::SendLocked() {
   in_flight_ = call;
   stub_->async()->ReleaseTransfers(
       &call->context, &call->request, &call->response, [this, call](grpc::Status status) {
-        if (!status.ok()) {
-          // The producer also frees them when the step is cleaned up.
+        // The producer also frees them when the step is cleaned up, and
+        // all it held when it is gone: a producer that cannot be reached
+        // (one that exited first, at a clean end too) is no one's loss here.
+        if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+          RDV_LOG(Info) << "ReleaseTransfers of " << call->request.transfers_size()
+                        << " transfers found the producer gone: " << status.error_message();
+        } else if (!status.ok()) {
           RDV_LOG(Warning) << "ReleaseTransfers of " << call->request.transfers_size()
                            << " transfers failed: " << status.error_message();
         }

@@ -7,8 +7,13 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <string>
+
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "core/logging.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace rdv::control {
 namespace {
@@ -63,6 +68,23 @@ TEST(ReleaseBatcherTest, DrainDoesNotWaitOutTheCarryWindow) {
   batcher.Release(Transfer(4));
   batcher.TakeQueued(carrier.mutable_released());
   EXPECT_EQ(carrier.released_size(), 0);
+}
+
+// A producer that cannot be reached (gone first, at a clean end too) held
+// nothing that outlives it: the failed release is logged at info, not as a
+// warning.
+TEST(ReleaseBatcherTest, AReleaseToAProducerThatIsGoneIsNoWarning) {
+  const LogLevel level = CurrentLogLevel();
+  SetLogLevel(LogLevel::kInfo);
+  ReleaseBatcher batcher(ChannelToNowhere());
+  ::testing::internal::CaptureStderr();
+  batcher.Release(Transfer(6));
+  const bool sent = rdv::testing::PollUntil([&] { return batcher.Idle(); });
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  SetLogLevel(level);
+  ASSERT_TRUE(sent);
+  EXPECT_TRUE(absl::StrContains(logged, "found the producer gone")) << logged;
+  EXPECT_FALSE(absl::StrContains(logged, "rdv warning")) << logged;
 }
 
 }  // namespace
