@@ -27,11 +27,10 @@ void FutexWakeAll(std::atomic<uint32_t>& state) {
           0);
 }
 
-bool HasPassed(const struct timespec& deadline) {
+absl::Duration MonotonicNow() {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
-  return now.tv_sec > deadline.tv_sec ||
-         (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec);
+  return absl::DurationFromTimespec(now);
 }
 
 }  // namespace
@@ -53,7 +52,10 @@ bool Notification::WaitUntil(const struct timespec* deadline) const {
     // word is no longer kWaitedFor (Notify came between the load and here).
     FutexWait(state_, kWaitedFor, deadline);
     state = state_.load(std::memory_order_acquire);
-    if (state != kNotified && deadline != nullptr && HasPassed(*deadline)) return false;
+    if (state != kNotified && deadline != nullptr &&
+        MonotonicNow() >= absl::DurationFromTimespec(*deadline)) {
+      return false;
+    }
   }
   return true;
 }
@@ -66,10 +68,8 @@ bool Notification::WaitForNotificationWithTimeout(absl::Duration timeout) const 
   constexpr absl::Duration kForever = absl::Hours(24 * 365);
   if (timeout >= kForever) return WaitUntil(nullptr);
   if (HasBeenNotified()) return true;
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
   const struct timespec deadline =
-      absl::ToTimespec(absl::DurationFromTimespec(now) + std::max(timeout, absl::ZeroDuration()));
+      absl::ToTimespec(MonotonicNow() + std::max(timeout, absl::ZeroDuration()));
   return WaitUntil(&deadline);
 }
 
