@@ -1,5 +1,6 @@
 #include "core/split_copy.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <cstring>
@@ -7,9 +8,15 @@
 namespace rdv {
 namespace {
 
-bool MayRunOnSeveralCpus() {
-  cpu_set_t allowed;
-  return sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 1;
+// The CPUs this thread may run on, but the one it runs on now; empty when
+// it may run on one CPU only.
+cpu_set_t OtherAllowedCpus() {
+  cpu_set_t others;
+  CPU_ZERO(&others);
+  if (sched_getaffinity(0, sizeof others, &others) != 0) CPU_ZERO(&others);
+  const int current = sched_getcpu();
+  if (current >= 0 && current < CPU_SETSIZE) CPU_CLR(current, &others);
+  return others;
 }
 
 }  // namespace
@@ -37,10 +44,14 @@ void SplitCopier::Copy(void* destination, const void* source, size_t length) {
 bool SplitCopier::CopyByParts(size_t length, size_t alignment, const CopyPart& copy_part) {
   std::unique_lock use(use_mu_, std::defer_lock);
   const size_t first = (length / 2) & ~(alignment - 1);
-  if (length < min_split_bytes_ || first == 0 || !use.try_lock() || !MayRunOnSeveralCpus()) {
-    return copy_part(0, length);
-  }
+  if (length < min_split_bytes_ || first == 0 || !use.try_lock()) return copy_part(0, length);
+  const cpu_set_t others = OtherAllowedCpus();
+  if (CPU_COUNT(&others) == 0) return copy_part(0, length);
   if (!helper_.joinable()) helper_ = std::thread([this] { Serve(); });
+  // Woken from a busy CPU, the helper would be queued behind this thread
+  // there (the scheduler wakes a thread near its waker), and its half
+  // would start only when this one's ended.
+  pthread_setaffinity_np(helper_.native_handle(), sizeof others, &others);
   {
     std::lock_guard lock(mu_);
     part_ = {&copy_part, first, length - first};

@@ -37,10 +37,11 @@ class SplitCopier {
   // Calls `copy_part` for the whole `length` bytes, or, from
   // min_split_bytes up, for its first half on this thread and its second on
   // a helper thread (started at the first), the halves meeting at a multiple
-  // of `alignment` (a power of two). Unsplit when another copy has the
-  // helper or the calling thread may run on one CPU only (the helper would
-  // only take turns with it). Blocks until both halves ended; true when
-  // both succeeded. Thread-safe.
+  // of `alignment` (a power of two). The helper may run on the CPUs the
+  // caller may, but the one the caller is on. Unsplit when another copy has
+  // the helper or the calling thread may run on one CPU only (the helper
+  // would only take turns with it). Blocks until both halves ended; true
+  // when both succeeded. Thread-safe.
   bool CopyByParts(size_t length, size_t alignment, const CopyPart& copy_part);
 
  private:

@@ -111,5 +111,30 @@ TEST(SplitCopierTest, AThreadOnOneCpuCopiesWhole) {
   pinned.join();
 }
 
+// The helper may run on every CPU the caller may but the one the caller
+// is on: woken near a busy caller, it would wait for it instead of copying
+// beside it.
+TEST(SplitCopierTest, TheHelperRunsOffTheCallersCpu) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "this process may run on one CPU only";
+  SplitCopier copier(/*min_split_bytes=*/0);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id helper;
+  cpu_set_t helper_allowed;
+  CPU_ZERO(&helper_allowed);
+  ASSERT_TRUE(copier.CopyByParts(size_t{1} << 20, 64, [&](size_t offset, size_t) {
+    if (offset == 0) return true;
+    helper = std::this_thread::get_id();
+    return sched_getaffinity(0, sizeof helper_allowed, &helper_allowed) == 0;
+  }));
+  EXPECT_NE(helper, caller);
+  EXPECT_EQ(CPU_COUNT(&helper_allowed), CPU_COUNT(&allowed) - 1);
+  cpu_set_t outside;
+  CPU_XOR(&outside, &helper_allowed, &allowed);
+  CPU_AND(&outside, &outside, &helper_allowed);
+  EXPECT_EQ(CPU_COUNT(&outside), 0) << "the helper may run where the caller may not";
+}
+
 }  // namespace
 }  // namespace rdv
