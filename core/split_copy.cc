@@ -12,7 +12,6 @@ namespace {
 // it may run on one CPU only.
 cpu_set_t OtherAllowedCpus() {
   cpu_set_t others;
-  CPU_ZERO(&others);
   if (sched_getaffinity(0, sizeof others, &others) != 0) CPU_ZERO(&others);
   const int current = sched_getcpu();
   if (current >= 0 && current < CPU_SETSIZE) CPU_CLR(current, &others);
@@ -50,7 +49,8 @@ bool SplitCopier::CopyByParts(size_t length, size_t alignment, const CopyPart& c
   if (!helper_.joinable()) helper_ = std::thread([this] { Serve(); });
   // Woken from a busy CPU, the helper would be queued behind this thread
   // there (the scheduler wakes a thread near its waker), and its half
-  // would start only when this one's ended.
+  // would start only when this one's ended. A placement that fails leaves
+  // the helper where it may run already: the copy is right either way.
   pthread_setaffinity_np(helper_.native_handle(), sizeof others, &others);
   {
     std::lock_guard lock(mu_);
