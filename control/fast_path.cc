@@ -82,6 +82,8 @@ void FastPath::AppendStats(GetStatsResponse* response) const {
        {std::pair{"rdv_fast_path_messages_refused_total", refused()},
         std::pair{"rdv_fast_path_recvs_started_total", recvs_started()},
         std::pair{"rdv_fast_path_read_ahead_total", read_ahead()},
+        std::pair{"rdv_fast_path_recvs_fetched_by_recv_tensor_total",
+                  recvs_fetched_by_recv_tensor()},
         std::pair{"rdv_fast_path_requests_served_total", requests_served()},
         std::pair{"rdv_fast_path_requests_overflowed_total", requests_overflowed()},
         std::pair{"rdv_fast_path_values_lent_total", values_lent()}}) {

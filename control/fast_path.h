@@ -82,6 +82,9 @@ struct FastWaiting {
   std::mutex mu;
   absl::flat_hash_map<uint64_t, std::weak_ptr<FastRecvCall>> calls;  // mu
   bool stopped = false;  // mu: no notice is taken any more (FastPath::Stop)
+  // Fast Recvs the producer sent to RecvTensor (changed metadata, a value
+  // not in its memory, too many requests waiting there).
+  std::atomic<int64_t> fetched_by_recv_tensor{0};
 };
 
 class FastPath {
@@ -134,7 +137,11 @@ class FastPath {
   int64_t requests_overflowed() const { return requests_overflowed_.load(); }
   // Values this worker held for its consumers to read (design D).
   int64_t values_lent() const { return values_lent_.load(); }
-  // The six above as GetStats counters (rdv_fast_path_*).
+  // This worker's fast Recvs that the producer sent to RecvTensor.
+  int64_t recvs_fetched_by_recv_tensor() const {
+    return waiting_->fetched_by_recv_tensor.load();
+  }
+  // The seven above as GetStats counters (rdv_fast_path_*).
   void AppendStats(GetStatsResponse* response) const;
 
  private:

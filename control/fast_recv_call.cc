@@ -271,6 +271,7 @@ void FastRecvCall::TransferDone(absl::Status status) {
 
 void FastRecvCall::FetchBySlowPath(bool held) {
   if (ahead_ && !held) return Complete(NotServedAhead(), Tensor(), false);
+  waiting_->fetched_by_recv_tensor.fetch_add(1);
   // A RecvTensor call of its own, bounded as any. This call stays hooked to
   // the rendezvous and passes an abort or a cancellation on to it.
   fallback_.set_fetch_held(held);

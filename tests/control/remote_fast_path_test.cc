@@ -146,20 +146,34 @@ TEST_P(RemoteFastPathTest, FastPathAsyncRecvsOfOneKeyAllArrive) {
   EXPECT_EQ(consumer_->fast_path()->refused(), 0);
 }
 
-// A value of another shape or dtype than the last is fetched by RecvTensor
-// once, whole and right; the key's Recvs are fast again after it.
+// A value of another shape or dtype than the last is fetched by RecvTensor,
+// whole and right. So is each value asked for ahead with the old shape
+// (read-ahead's depth at most); the key's Recvs are fast after them.
 TEST_P(RemoteFastPathTest, FastPathChangedShapeIsFetchedWholeOnce) {
   const ParsedKey key = Key("reshaped");
+  const FastPath& fast = *consumer_->fast_path();
   ASSERT_TRUE(Produce(71, {Item(key, DType::kFloat, {16}, 1)}).ok());
   ExpectPattern(71, key, 1, 64);
+  const int64_t whole_before = fast.recvs_fetched_by_recv_tensor();
   ASSERT_TRUE(Produce(71, {Item(key, DType::kFloat, {4, 100}, 2)}).ok());
   ExpectPattern(71, key, 2, 1600);  // grown: nothing truncated
   ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, 3)}).ok());
   ExpectPattern(71, key, 3, 12);  // shrunk and retyped: nothing overrun
-  const int64_t fast_before = consumer_->fast_path()->recvs_started();
-  ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, 4)}).ok());
-  ExpectPattern(71, key, 4, 12);
-  EXPECT_EQ(consumer_->fast_path()->recvs_started() - fast_before, 1);
+  uint32_t seed = 4;
+  for (; seed < 4 + ReadAhead::kMaxValues; ++seed) {
+    ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, seed)}).ok());
+    ExpectPattern(71, key, seed, 12);
+  }
+  const int64_t whole_after_changes = fast.recvs_fetched_by_recv_tensor();
+  EXPECT_GE(whole_after_changes - whole_before, 2);
+  EXPECT_LE(whole_after_changes - whole_before, 2 + int64_t{ReadAhead::kMaxValues});
+  const int64_t fast_before = fast.recvs_started();
+  for (const uint32_t last = seed + 5; seed < last; ++seed) {
+    ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, seed)}).ok());
+    ExpectPattern(71, key, seed, 12);
+  }
+  EXPECT_GE(fast.recvs_started() - fast_before, 5);
+  EXPECT_EQ(fast.recvs_fetched_by_recv_tensor(), whole_after_changes);
   // A held value is let go of once its fetch's answer went, which may be
   // after the Recv has it.
   EXPECT_TRUE(rdv::testing::PollUntil([&] { return HeldInAll(Holdings()) == 0; }))
@@ -197,6 +211,25 @@ TEST_P(RemoteFastPathTest, FastPathRecvLandsInTheCallersBuffer) {
                 static_cast<std::ptrdiff_t>((*landing)->size()));
     }
   }
+}
+
+// Above 2 GiB, past protobuf's message limit and any 32-bit length: a
+// key's second value of that size comes by the fast path whole (its first
+// teaches the shape by RecvTensor). One value at a time, so that a test
+// process never holds more than one on each side.
+TEST_P(RemoteFastPathTest, FastPathAbove2GiBArrives) {
+  const int64_t bytes = (int64_t{5} << 29) + 3;  // 2.5 GiB and a bit
+  if (Capped(bytes) < bytes) GTEST_SKIP() << "RDV_TEST_MAX_BYTES is below 2.5 GiB";
+  const ParsedKey key = Key("huge");
+  ASSERT_TRUE(Produce(80, {Item(key, DType::kUInt8, {bytes}, 1)}).ok());
+  ExpectPattern(80, key, 1, static_cast<size_t>(bytes));
+  const FastPath& fast = *consumer_->fast_path();
+  const int64_t fast_before = fast.recvs_started();
+  const int64_t whole_before = fast.recvs_fetched_by_recv_tensor();
+  ASSERT_TRUE(Produce(80, {Item(key, DType::kUInt8, {bytes}, 2)}).ok());
+  ExpectPattern(80, key, 2, static_cast<size_t>(bytes));
+  EXPECT_EQ(fast.recvs_started() - fast_before, 1);
+  EXPECT_EQ(fast.recvs_fetched_by_recv_tensor() - whole_before, 0);
 }
 
 TEST_P(RemoteFastPathTest, FastPathDeadValueArrivesDead) {
