@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -55,6 +56,11 @@ bool PollUntil(const std::function<bool()>& condition, absl::Duration limit) {
     absl::SleepFor(absl::Microseconds(200));
   }
   return true;
+}
+
+bool HaveRdmaDevice() {
+  std::error_code error;
+  return !std::filesystem::is_empty("/sys/class/infiniband", error) && !error;
 }
 
 }  // namespace rdv::testing

@@ -61,6 +61,9 @@ struct RecvResult {
 // passes (false): for states a test can only observe, not wait on.
 bool PollUntil(const std::function<bool()>& condition, absl::Duration limit = kWaitLimit);
 
+// Whether this machine has an RDMA device (rdma-core lists them in sysfs).
+bool HaveRdmaDevice();
+
 }  // namespace rdv::testing
 
 // Skips a test that needs `n` CUDA devices, saying why there are fewer.

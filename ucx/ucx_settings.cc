@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <ucs/sys/string.h>
+#include <uct/api/uct.h>
 
 #include "plugin/plugin_support.h"
 
@@ -113,12 +114,44 @@ bool OnlySharedMemory(const TlsSetting& tls) {
   return OnlyMembers(tls, {"posix", "sysv", "sm", "shm", "mm", "cma", "knem", "xpmem"});
 }
 
+// Whether every transport UCX finds on this host moves bytes over tcp or
+// within the host: no RDMA or GPU device, whose traffic rdv's tcp tuning
+// would slow.
+bool UcxFindsOnlyTcpAndHostTransports() {
+  uct_component_h* components = nullptr;
+  unsigned count = 0;
+  if (uct_query_components(&components, &count) != UCS_OK) return false;
+  const std::vector<std::string> kTcpAndHost = {"self", "tcp",  "posix", "sysv",
+                                                "cma",  "knem", "xpmem"};
+  bool only = true;
+  for (unsigned i = 0; i < count && only; ++i) {
+    uct_component_attr_t attr{};
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME | UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+    only = uct_component_query(components[i], &attr) == UCS_OK &&
+           (attr.md_resource_count == 0 ||
+            std::find(kTcpAndHost.begin(), kTcpAndHost.end(), attr.name) != kTcpAndHost.end());
+  }
+  uct_release_component_list(components);
+  return only;
+}
+
+// Whether UCX carries everything between this worker's processes over tcp:
+// UCX_TLS names nothing else (but self), or it leaves UCX every transport
+// on a host where UCX finds no RDMA or GPU device. There, rdv's request for
+// peer-failure handling keeps UCX off shared memory (docs/configuration.md).
+bool TcpCarriesEverything(const UcxSettings& settings) {
+  const TlsSetting tls = ParseTls(settings.tls);
+  if (OnlyMembers(tls, {"tcp"})) return true;
+  const bool every_transport = tls.names.empty() || (!tls.excluding && tls.Names("all"));
+  return every_transport && settings.peer_failure_handling && UcxFindsOnlyTcpAndHostTransports();
+}
+
 // A UCX default rdv changes for its traffic, only where the user has set
 // none of `user_variables` and UCX will open a transport that reads it
 // (UCX warns of a setting no interface takes). UCX takes it by `key`, the
 // name within the transport's table; a prefixed name is not accepted. A
-// setting of UCP's own (`only_members`) changes every transport, so it is
-// applied only where UCX_TLS names nothing but `members`.
+// setting of UCP's own (`tcp_alone`) changes every transport, so it is
+// applied only where tcp carries everything.
 struct TunedDefault {
   const char* shown;  // in the transport's description
   std::vector<const char*> user_variables;
@@ -126,7 +159,7 @@ struct TunedDefault {
   const char* value;
   std::vector<std::string> members;
   std::vector<std::string> aliases;
-  bool only_members = false;
+  bool tcp_alone = false;
 };
 
 // Over tcp a rendezvous to a consumer (which has no endpoint of its own to
@@ -137,15 +170,16 @@ struct TunedDefault {
 // active messages of one segment each, copied in by the producer and out
 // by the consumer: 8 KiB segments reach about 7 GB/s at 64 MiB, 56 KiB
 // ones about 9.5 (the FIFO's length field is 16 bits: 64 KiB hangs).
-// Over tcp alone, values under 256 KiB go eagerly: a recurring key's
+// Over tcp alone, values under 1 MiB go eagerly: a recurring key's
 // receive is posted before its request leaves, so an eager send saves
 // the rendezvous' two extra one-way trips (64 KiB, pinned: p50 66 -> 47
-// us). From 1 MiB up, eager loses for a first-time key, whose value
-// arrives before its receive is posted and is copied once more.
+// us; 512 KiB in torch's ping-pong: 170 -> 126 us). From 1 MiB up, eager
+// loses for a first-time key, whose value arrives before its receive is
+// posted and is copied once more.
 // docs/configuration.md has all three.
 const TunedDefault kTunedDefaults[] = {
     {"UCX_TCP_RX_SEG_SIZE", {"UCX_TCP_RX_SEG_SIZE"}, "RX_SEG_SIZE", "1M", {"tcp"}, {}},
-    {"UCX_RNDV_THRESH", {"UCX_RNDV_THRESH"}, "RNDV_THRESH", "256K", {"tcp"}, {}, true},
+    {"UCX_RNDV_THRESH", {"UCX_RNDV_THRESH"}, "RNDV_THRESH", "1M", {"tcp"}, {}, true},
     {"UCX_{POSIX,SYSV}_SEG_SIZE",
      {"UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE", "UCX_MM_SEG_SIZE"},
      "MM_SEG_SIZE",
@@ -201,11 +235,12 @@ std::string ApplyToConfig(const UcxSettings& settings, ucp_config_t* config,
          "avoids it");
   }
   std::string applied;
+  const bool tcp_carries_everything = TcpCarriesEverything(settings);
   for (const TunedDefault& tuned : kTunedDefaults) {
     const bool user_set = std::any_of(tuned.user_variables.begin(), tuned.user_variables.end(),
                                       [](const char* name) { return std::getenv(name); });
-    const bool applies = tuned.only_members ? OnlyMembers(ParseTls(settings.tls), tuned.members)
-                                            : TlsMayUse(settings.tls, tuned.members, tuned.aliases);
+    const bool applies = tuned.tcp_alone ? tcp_carries_everything
+                                         : TlsMayUse(settings.tls, tuned.members, tuned.aliases);
     if (user_set || !applies) continue;
     const std::string setting = std::string(tuned.shown) + "=" + tuned.value;
     const ucs_status_t status = ucp_config_modify(config, tuned.key, tuned.value);

@@ -5,7 +5,6 @@
 // step on every worker with its root cause while the next step runs clean.
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "control/graph_session.h"
@@ -15,6 +14,7 @@
 #include "graph/executor.h"
 #include "graph/kernels.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace rdv::control {
 namespace {
@@ -76,9 +76,7 @@ class GraphRunTest : public ::testing::TestWithParam<Setting> {
  protected:
   void SetUp() override {
     const Setting& setting = GetParam();
-    std::error_code error;
-    const bool have_rdma = !std::filesystem::is_empty("/sys/class/infiniband", error) && !error;
-    if (setting.needs_rdma && !have_rdma) {
+    if (setting.needs_rdma && !rdv::testing::HaveRdmaDevice()) {
       if (std::getenv("RDV_TEST_REQUIRE_RDMA") != nullptr) FAIL() << "no RDMA device";
       GTEST_SKIP() << "no RDMA device on this machine (tests/softroce runs these)";
     }

@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,11 +67,6 @@ inline int64_t Capped(int64_t bytes) {
   return text == nullptr ? bytes : std::min<int64_t>(bytes, std::strtoll(text, nullptr, 10));
 }
 
-inline bool HaveRdmaDevice() {
-  std::error_code error;
-  return !std::filesystem::is_empty("/sys/class/infiniband", error) && !error;
-}
-
 // Sets variables for the lifetime of the object, then puts them back.
 class ScopedEnv {
  public:
@@ -95,7 +89,7 @@ class ScopedEnv {
 class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
  protected:
   void SetUp() override {
-    if (GetParam().needs_rdma && !HaveRdmaDevice()) {
+    if (GetParam().needs_rdma && !rdv::testing::HaveRdmaDevice()) {
       if (std::getenv("RDV_TEST_REQUIRE_RDMA") != nullptr) FAIL() << "no RDMA device";
       GTEST_SKIP() << "no RDMA device on this machine (tests/softroce runs these)";
     }

@@ -28,12 +28,15 @@ TEST(UcxTransportTest, TunesSegmentsOnlyWhereTheirTransportIsAllowedAndUnset) {
     bool mm_tuned;
     bool rndv_tuned;  // UCP's own setting: only where tcp is all there is
   } cases[] = {
+      // Every transport: tcp between processes where UCX finds no RDMA
+      // device (rdv asks for peer-failure handling, which keeps it off
+      // shared memory); RDMA where it finds one.
+      {"all", nullptr, true, true, !testing::HaveRdmaDevice()},
       {"tcp", nullptr, true, false, true},
       {"tcp,self", nullptr, true, false, true},
       {"tcp,posix", nullptr, true, true, false},
       {"posix,cma,self", nullptr, false, true, false},
       {"sm,self", nullptr, false, true, false},
-      {"all", nullptr, true, true, false},
       {"^tcp", nullptr, false, true, false},
       {"^sm", nullptr, true, false, false},
       {"^posix", nullptr, true, true, false},
@@ -54,9 +57,21 @@ TEST(UcxTransportTest, TunesSegmentsOnlyWhereTheirTransportIsAllowedAndUnset) {
         << "UCX_TLS=" << c.tls << ": " << description;
     EXPECT_EQ(description.find("UCX_{POSIX,SYSV}_SEG_SIZE=56K") != std::string::npos, c.mm_tuned)
         << "UCX_TLS=" << c.tls << ": " << description;
-    EXPECT_EQ(description.find("UCX_RNDV_THRESH=256K") != std::string::npos, c.rndv_tuned)
+    EXPECT_EQ(description.find("UCX_RNDV_THRESH=1M") != std::string::npos, c.rndv_tuned)
         << "UCX_TLS=" << c.tls << ": " << description;
   }
+}
+
+// UCX_TLS unset is every transport, as "all" above.
+TEST(UcxTransportTest, TunesTheRendezvousWithTlsUnsetOnlyWhereTcpCarriesEverything) {
+  ScopedVariable tls("UCX_TLS", nullptr);
+  ScopedVariable rndv("UCX_RNDV_THRESH", nullptr);
+  auto transport = Transport::Load("ucx");
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  const std::string description = (*transport)->description();
+  EXPECT_EQ(description.find("UCX_RNDV_THRESH=1M") != std::string::npos,
+            !testing::HaveRdmaDevice())
+      << description;
 }
 
 // Tagged messages only where UCX_TLS leaves tcp alone between processes;
