@@ -48,6 +48,10 @@ class FastKeys {
       keys_.emplace(std::string(key), std::move(known));
     }
   }
+  void Forget(absl::string_view key) {
+    std::lock_guard lock(mu_);
+    keys_.erase(key);
+  }
   std::optional<KnownFastKey> Find(absl::string_view key) const {
     std::lock_guard lock(mu_);
     auto it = keys_.find(key);

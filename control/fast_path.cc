@@ -1,5 +1,6 @@
 #include "control/fast_path.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -84,6 +85,7 @@ void FastPath::AppendStats(GetStatsResponse* response) const {
         std::pair{"rdv_fast_path_read_ahead_total", read_ahead()},
         std::pair{"rdv_fast_path_recvs_fetched_by_recv_tensor_total",
                   recvs_fetched_by_recv_tensor()},
+        std::pair{"rdv_fast_path_recvs_asked_again_total", recvs_asked_again()},
         std::pair{"rdv_fast_path_requests_served_total", requests_served()},
         std::pair{"rdv_fast_path_requests_overflowed_total", requests_overflowed()},
         std::pair{"rdv_fast_path_values_lent_total", values_lent()}}) {
@@ -103,6 +105,7 @@ void FastPath::OnRequest(const FastRequest& request) {
   if (!entry.has_value()) return Refuse(absl::NotFoundError("a request naming an unknown key id"));
   absl::StatusOr<ParsedKey> key = ParsedKey::Parse(entry->key);
   if (!key.ok()) return Refuse(key.status());
+  if (request.held) return ServeHeld(request, *entry, *key);
   std::shared_ptr<ServedRequest> served = StartServing(request, entry->consumer_address);
   if (served == nullptr) return;
   requests_served_.fetch_add(1);
@@ -120,6 +123,20 @@ void FastPath::OnRequest(const FastRequest& request) {
                     Answer(request, entry, parsed, status, value, is_dead,
                            served->withdrawn.load());
                   });
+}
+
+void FastPath::ServeHeld(const FastRequest& request, const FastKeyIds::Entry& entry,
+                         const ParsedKey& key) {
+  absl::StatusOr<TensorService::HeldValue> held =
+      tensors_.TakeHeldValue(request.step_id, static_cast<int64_t>(request.request_id), entry.key);
+  if (!held.ok()) {
+    // The consumer the id was given to hears why; nothing else is told.
+    Refuse(held.status());
+    return Notify(env_.data_plane, entry.consumer_address,
+                  Failed(request.request_id, "held value", held.status()));
+  }
+  requests_served_.fetch_add(1);
+  Answer(request, entry, key, absl::OkStatus(), held->value, held->is_dead, false);
 }
 
 std::shared_ptr<FastPath::ServedRequest> FastPath::StartServing(
@@ -223,10 +240,17 @@ void FastPath::Answer(const FastRequest& request, const FastKeyIds::Entry& entry
   // and its answer tells the consumer how the key's values come now.
   const bool read = request.read || (!request.put && plane->transfer_op() == TRANSFER_OP_GET);
   const bool unreadable = read && value.TotalBytes() > 0 && plane->OpFor(value) != TRANSFER_OP_GET;
-  if (!value.location().is_host() || !ShapeMatches(request, value) || unreadable) {
+  const bool reshaped = !ShapeMatches(request, value);
+  if (!value.location().is_host() || unreadable ||
+      (reshaped && (request.held || !DTypeIsMemcpyable(value.dtype()) ||
+                    value.shape().rank() > kFastPathMaxDims))) {
     tensors_.HoldForFetch(request.step_id, static_cast<int64_t>(id), key, value, false);
     return Notify(plane, entry.consumer_address,
                   FastNotice{id, FastNoticeKind::kChanged, 0, ""});
+  }
+  if (reshaped) {
+    tensors_.HoldForFetch(request.step_id, static_cast<int64_t>(id), key, value, false);
+    return Notify(plane, entry.consumer_address, Reshaped(id, value));
   }
   RDV_LOG(Debug) << "fast path: request " << id << " answered by a "
                  << (request.put ? "write" : read ? "readable notice" : "tagged send");
@@ -299,6 +323,15 @@ plugin::TransportDone FastPath::NotifyIfFailed(DataPlane* data_plane,
   return [data_plane, consumer_address, request_id, what](absl::Status status) {
     if (!status.ok()) Notify(data_plane, consumer_address, Failed(request_id, what, status));
   };
+}
+
+FastNotice FastPath::Reshaped(uint64_t request_id, const Tensor& value) {
+  FastNotice notice{request_id, FastNoticeKind::kReshaped, 0, ""};
+  notice.dtype = static_cast<int32_t>(value.dtype());
+  const absl::Span<const int64_t> dims = value.shape().dims();
+  notice.num_dims = static_cast<uint32_t>(dims.size());
+  std::copy(dims.begin(), dims.end(), notice.dims);
+  return notice;
 }
 
 FastNotice FastPath::Failed(uint64_t request_id, absl::string_view what,

@@ -16,10 +16,12 @@
 //      destination; B: writes it there (put, complete once it landed) and
 //      sends a landed notice;
 //   4. a value that cannot come so is announced by a notice instead: dead
-//      (the Recv ends is_dead), changed (dtype or shape: the value is held
-//      and the consumer fetches it by a fetch_held RecvTensor, and learns
-//      the new shape), or failed (the Recv fails with the producer's
-//      status).
+//      (the Recv ends is_dead), reshaped (another dtype or shape, which the
+//      notice gives: the value is held, and the consumer asks for it again,
+//      with a destination of that shape, by a held request), changed (a
+//      value the fast path cannot carry, or a held request's that still
+//      does not fit: held, and fetched by a fetch_held RecvTensor), or
+//      failed (the Recv fails with the producer's status).
 // A producer that sends tagged (UCX over shared memory or tcp) answers by
 // A, unless RDV_FAST_PATH_WRITES, or by D for a key whose value lay in
 // memory the consumer copies itself (DataPlane::ReadByPeerCopy: UCX's
@@ -82,9 +84,11 @@ struct FastWaiting {
   std::mutex mu;
   absl::flat_hash_map<uint64_t, std::weak_ptr<FastRecvCall>> calls;  // mu
   bool stopped = false;  // mu: no notice is taken any more (FastPath::Stop)
-  // Fast Recvs the producer sent to RecvTensor (changed metadata, a value
-  // not in its memory, too many requests waiting there).
+  // Fast Recvs the producer sent to RecvTensor (a value the fast path
+  // cannot carry, or not in its memory, too many requests waiting there).
   std::atomic<int64_t> fetched_by_recv_tensor{0};
+  // Fast Recvs asked for again, by a held request, after a reshaped notice.
+  std::atomic<int64_t> asked_again{0};
 };
 
 class FastPath {
@@ -141,7 +145,10 @@ class FastPath {
   int64_t recvs_fetched_by_recv_tensor() const {
     return waiting_->fetched_by_recv_tensor.load();
   }
-  // The seven above as GetStats counters (rdv_fast_path_*).
+  // This worker's fast Recvs whose value changed dtype or shape, and which
+  // asked for it again with the new one.
+  int64_t recvs_asked_again() const { return waiting_->asked_again.load(); }
+  // The eight above as GetStats counters (rdv_fast_path_*).
   void AppendStats(GetStatsResponse* response) const;
 
  private:
@@ -163,6 +170,10 @@ class FastPath {
   std::shared_ptr<ServedRequest> StartServing(const FastRequest& request,
                                               const std::string& consumer_address);
   void StopServing(const ServedId& id);
+  // A held request: answers it with the value its reshaped notice held,
+  // which is the consumer's to take once.
+  void ServeHeld(const FastRequest& request, const FastKeyIds::Entry& entry,
+                 const ParsedKey& key);
   void RememberEarlyWithdrawal(const ServedId& id);
   // The producer's part once the step has the value.
   void Answer(const FastRequest& request, const FastKeyIds::Entry& entry, const ParsedKey& key,
@@ -179,6 +190,9 @@ class FastPath {
   // it; the consumer's release (or the step's cleanup) lets it go.
   void Lend(const FastRequest& request, const FastKeyIds::Entry& entry, const ParsedKey& key,
             const Tensor& value, const ConsumerWatcher& consumer);
+  // The notice that tells request `request_id` its value is `value`'s
+  // dtype and shape, held for the held request that asks for it so.
+  static FastNotice Reshaped(uint64_t request_id, const Tensor& value);
   // The notice that fails request `request_id` with `status`, from the
   // producer's `what`.
   static FastNotice Failed(uint64_t request_id, absl::string_view what,
@@ -237,8 +251,23 @@ class FastRecvCall final : public AbortableCall,
   absl::Status Read(const FastNotice& notice);
 
  private:
+  // A value's dtype and shape, as a reshaped notice gives them.
+  struct Metadata {
+    DType dtype = DType::kInvalid;
+    TensorShape shape;
+  };
+  // The notice's metadata, checked: INVALID_ARGUMENT for a dtype the fast
+  // path does not carry or an impossible shape.
+  static absl::StatusOr<Metadata> MetadataOf(const FastNotice& notice);
+  // Allocates the destination for known_'s dtype and shape, readies it,
+  // and sends the request (a held one after a reshaped notice).
+  void Post();
+  // After a reshaped notice: asks for the held value again, with its own
+  // dtype and shape, which the key's later Recvs take too.
+  void AskAgain(Metadata metadata);
+  bool AsksForHeldValue();
   // The request for the destination; `put_key` reaches it (design B).
-  FastRequest RequestFor(std::string put_key) const;
+  FastRequest RequestFor(std::string put_key, bool held) const;
   // Sends the producer `message`; a transport that cannot reach it aborts
   // the Recv (nothing can come from it either).
   void SendToProducer(std::string message, absl::string_view what);
@@ -255,9 +284,11 @@ class FastRecvCall final : public AbortableCall,
   std::shared_ptr<WorkerClient> worker_;
   const int64_t step_id_;
   const std::string key_;
-  const KnownFastKey known_;
+  // Its dtype and shape change on a reshaped notice, on the thread that
+  // asks again; the rest never does.
+  KnownFastKey known_;
   RecvTensorRequest fallback_;
-  std::shared_ptr<Buffer> landing_;  // until Start
+  const std::shared_ptr<Buffer> landing_;
   FastPath::Detach detach_;
   FastPath::Done done_;
   const uint64_t request_id_;
@@ -272,6 +303,8 @@ class FastRecvCall final : public AbortableCall,
   bool dead_ = false;                       // mu_
   bool changed_ = false;                    // mu_
   bool sent_slow_ = false;                  // mu_: told to take RecvTensor
+  std::optional<Metadata> reshaped_;        // mu_: from a reshaped notice
+  bool held_ = false;                       // mu_: asks for a held value
   RecvTensorCall* slow_call_ = nullptr;     // mu_: the RecvTensor it took
   // The destination as the producer may write it (design B), until the
   // transfer ends.

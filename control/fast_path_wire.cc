@@ -26,11 +26,12 @@ struct RequestWire {
   int64_t dims[kFastPathMaxDims];
   uint64_t put_address;
   uint32_t put_key_length;  // the key's bytes follow the struct
-  uint32_t flags;           // kRequestPut, kRequestRead
+  uint32_t flags;           // kRequestPut, kRequestRead, kRequestHeld
 };
 
 constexpr uint32_t kRequestPut = 1;
 constexpr uint32_t kRequestRead = 2;
+constexpr uint32_t kRequestHeld = 4;
 
 struct WithdrawalWire {
   Header header;
@@ -49,7 +50,10 @@ struct NoticeWire {
   uint64_t transfer_id;
   uint64_t address;
   uint32_t key_length;  // the key's bytes follow the struct
+  int32_t dtype;
+  uint32_t num_dims;
   uint32_t reserved;
+  int64_t dims[kFastPathMaxDims];
 };
 
 struct ReleaseWire {
@@ -107,7 +111,8 @@ std::string EncodeFastRequest(const FastRequest& request) {
   std::memcpy(wire.dims, request.dims, sizeof(wire.dims));
   wire.put_address = request.put_address;
   wire.put_key_length = static_cast<uint32_t>(request.put_key.size());
-  wire.flags = (request.put ? kRequestPut : 0) | (request.read ? kRequestRead : 0);
+  wire.flags = (request.put ? kRequestPut : 0) | (request.read ? kRequestRead : 0) |
+               (request.held ? kRequestHeld : 0);
   return Bytes(wire) + request.put_key;
 }
 
@@ -131,6 +136,9 @@ std::string EncodeFastNotice(const FastNotice& notice) {
   wire.transfer_id = notice.transfer_id;
   wire.address = notice.address;
   wire.key_length = static_cast<uint32_t>(notice.remote_key.size());
+  wire.dtype = notice.dtype;
+  wire.num_dims = notice.num_dims;
+  std::memcpy(wire.dims, notice.dims, sizeof(wire.dims));
   return Bytes(wire) + notice.remote_key;
 }
 
@@ -181,7 +189,7 @@ absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message) {
     return absl::InvalidArgumentError(
         absl::StrCat("a fast-path request of ", wire->num_dims, " dimensions"));
   }
-  if (wire->flags & ~(kRequestPut | kRequestRead)) {
+  if (wire->flags & ~(kRequestPut | kRequestRead | kRequestHeld)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a fast-path request with unknown flags ", wire->flags));
   }
@@ -202,6 +210,7 @@ absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message) {
   std::memcpy(request.dims, wire->dims, sizeof(request.dims));
   request.put = (wire->flags & kRequestPut) != 0;
   request.read = (wire->flags & kRequestRead) != 0;
+  request.held = (wire->flags & kRequestHeld) != 0;
   request.put_address = wire->put_address;
   const absl::string_view put_key = message.substr(sizeof(RequestWire));
   request.put_key.assign(put_key.data(), put_key.size());
@@ -219,13 +228,17 @@ absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message) {
       message, FastKind::kNotice, [](const NoticeWire& w) { return size_t{w.key_length}; });
   if (!wire.ok()) return wire.status();
   if (wire->kind < static_cast<uint16_t>(FastNoticeKind::kDead) ||
-      wire->kind > static_cast<uint16_t>(FastNoticeKind::kReadable) ||
+      wire->kind > static_cast<uint16_t>(FastNoticeKind::kReshaped) ||
       wire->text_length > kMaxNoticeText) {
     return absl::InvalidArgumentError("a fast-path notice of unknown kind or length");
   }
   if (wire->key_length > kMaxPutKeyBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("a fast-path notice with a remote key of ", wire->key_length, " bytes"));
+  }
+  if (wire->num_dims > kFastPathMaxDims) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a fast-path notice of ", wire->num_dims, " dimensions"));
   }
   FastNotice notice;
   notice.request_id = wire->request_id;
@@ -235,6 +248,9 @@ absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message) {
   notice.message.assign(wire->text, wire->text_length);
   notice.transfer_id = wire->transfer_id;
   notice.address = wire->address;
+  notice.dtype = wire->dtype;
+  notice.num_dims = wire->num_dims;
+  std::memcpy(notice.dims, wire->dims, sizeof(notice.dims));
   const absl::string_view key = message.substr(sizeof(NoticeWire));
   notice.remote_key.assign(key.data(), key.size());
   return notice;

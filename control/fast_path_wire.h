@@ -19,7 +19,7 @@
 namespace rdv::control {
 
 inline constexpr uint32_t kFastPathMagic = 0x46564452;  // "RDVF"
-inline constexpr uint16_t kFastPathVersion = 5;
+inline constexpr uint16_t kFastPathVersion = 6;
 inline constexpr int kFastPathMaxDims = 8;
 
 enum class FastKind : uint16_t {
@@ -38,6 +38,7 @@ enum class FastNoticeKind : uint16_t {
   kSlowPath = 5,   // too many requests wait here: ask by RecvTensor instead
   kLanded = 6,     // the value was written into the destination the request named
   kReadable = 7,   // the value is held for the consumer to read (then release)
+  kReshaped = 8,   // dtype or shape changed (given): held for a held request
 };
 
 // The longest remote key a request (for the producer's write) or a
@@ -48,7 +49,9 @@ inline constexpr size_t kMaxPutKeyBytes = 512;
 // `step_id`, as a tagged send under `request_id`, of `bytes` bytes" or,
 // with `put`, "write it at `put_address`, reachable by `put_key` (none for
 // zero bytes), and tell me when it landed", or, with `read`, "hold it for
-// me to read, and tell me where" (no receive is posted for it).
+// me to read, and tell me where" (no receive is posted for it). With
+// `held`, the value is the one a reshaped notice answered `request_id`
+// with, now asked for with its own dtype and shape.
 struct FastRequest {
   uint64_t key_id = 0;
   int64_t step_id = 0;
@@ -59,6 +62,7 @@ struct FastRequest {
   int64_t dims[kFastPathMaxDims] = {};
   bool put = false;
   bool read = false;
+  bool held = false;
   uint64_t put_address = 0;
   std::string put_key;  // at most kMaxPutKeyBytes
 };
@@ -94,6 +98,11 @@ struct FastNotice {
   uint64_t transfer_id = 0;
   uint64_t address = 0;
   std::string remote_key;
+  // For kReshaped: the held value's dtype and shape, as the producer says
+  // (checked by the consumer before it allocates anything).
+  int32_t dtype = 0;
+  uint32_t num_dims = 0;
+  int64_t dims[kFastPathMaxDims] = {};
 };
 inline constexpr size_t kMaxNoticeText = 400;
 

@@ -31,11 +31,13 @@ FastRecvCall::FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> w
       ahead_(ahead),
       worker_name_(worker_->worker_name) {}
 
-void FastRecvCall::Start() {
+void FastRecvCall::Start() { Post(); }
+
+void FastRecvCall::Post() {
   DataPlane* plane = data_plane_;
   std::shared_ptr<Allocator> allocator = plane->ReceiveAllocator(MemoryLocation::Host());
   if (landing_ != nullptr) {
-    allocator = std::make_shared<LandingAllocator>(std::move(landing_), std::move(allocator));
+    allocator = std::make_shared<LandingAllocator>(landing_, std::move(allocator));
   }
   absl::StatusOr<Tensor> destination = Tensor::Allocate(allocator, known_.dtype, known_.shape);
   if (!destination.ok()) return Complete(destination.status(), Tensor(), false);
@@ -56,15 +58,17 @@ void FastRecvCall::Start() {
       RDV_LOG(Warning) << "fast path: the transport's remote key has " << put_key.size()
                        << " bytes, more than a request carries (" << kMaxPutKeyBytes
                        << "): Recv of '" << key_ << "' takes RecvTensor";
-      return FetchBySlowPath(false);
+      return FetchBySlowPath(AsksForHeldValue());
     }
     exposed = *std::move(exposure);
   }
   destination_ = *std::move(destination);
+  bool held = false;
   {
     std::lock_guard lock(mu_);
     exposed_ = std::move(exposed);
     if (known_.get) read_into_.emplace(destination_);
+    held = held_;
   }
   TransportDescriptor descriptor;
   // A write (B) and a read (D) alike end when this side hears they are
@@ -74,9 +78,14 @@ void FastRecvCall::Start() {
   descriptor.set_length(destination_.TotalBytes());
   descriptor.set_producer_transport_address(known_.producer_transport_address);
   std::shared_ptr<FastRecvCall> self = shared_from_this();
+  bool stopped = false;
   {
     std::lock_guard lock(waiting_->mu);
-    waiting_->calls[request_id_] = self;
+    stopped = waiting_->stopped;
+    if (!stopped) waiting_->calls[request_id_] = self;
+  }
+  if (stopped) {
+    return Complete(absl::CancelledError("the worker is shutting down"), Tensor(), false);
   }
   std::shared_ptr<SideTransfer> transfer = SideTransfer::Fetch(
       worker_, plane, descriptor, destination_, key_,
@@ -92,11 +101,17 @@ void FastRecvCall::Start() {
   // Ended before the request went (an abort, or a cancellation that had
   // nothing to withdraw): nothing will be sent to the receive.
   if (ended) return transfer->Cancel();
-  RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' requested";
-  SendToProducer(EncodeFastRequest(RequestFor(std::move(put_key))), "request");
+  RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' requested"
+                 << (held ? " again, reshaped" : "");
+  SendToProducer(EncodeFastRequest(RequestFor(std::move(put_key), held)), "request");
 }
 
-FastRequest FastRecvCall::RequestFor(std::string put_key) const {
+bool FastRecvCall::AsksForHeldValue() {
+  std::lock_guard lock(mu_);
+  return held_;
+}
+
+FastRequest FastRecvCall::RequestFor(std::string put_key, bool held) const {
   FastRequest request;
   request.key_id = known_.id;
   request.step_id = step_id_;
@@ -108,6 +123,7 @@ FastRequest FastRecvCall::RequestFor(std::string put_key) const {
   std::copy(dims.begin(), dims.end(), request.dims);
   request.put = known_.put;
   request.read = known_.get;
+  request.held = held;
   request.put_address = reinterpret_cast<uint64_t>(destination_.data());
   request.put_key = std::move(put_key);
   return request;
@@ -178,13 +194,36 @@ void FastRecvCall::End(const absl::Status& status) {
   if (transfer != nullptr) transfer->Cancel();
 }
 
+absl::StatusOr<FastRecvCall::Metadata> FastRecvCall::MetadataOf(const FastNotice& notice) {
+  absl::StatusOr<DType> dtype = DTypeFromEnumValue(notice.dtype);
+  if (!dtype.ok() || !DTypeIsMemcpyable(*dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a reshaped notice names dtype ", notice.dtype,
+                     ", which the fast path does not carry"));
+  }
+  absl::StatusOr<TensorShape> shape =
+      TensorShape::Create(absl::MakeConstSpan(notice.dims, notice.num_dims));
+  if (!shape.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a reshaped notice names an impossible shape: ", shape.status().message()));
+  }
+  return Metadata{*dtype, *std::move(shape)};
+}
+
 absl::Status FastRecvCall::Told(const FastNotice& notice) {
   if (notice.kind == FastNoticeKind::kReadable) return Read(notice);
+  const bool reshaped = notice.kind == FastNoticeKind::kReshaped;
+  absl::StatusOr<Metadata> metadata =
+      reshaped ? MetadataOf(notice) : absl::StatusOr<Metadata>(Metadata{});
   std::shared_ptr<SideTransfer> transfer;
   {
     std::lock_guard lock(mu_);
     dead_ = notice.kind == FastNoticeKind::kDead;
-    changed_ = notice.kind == FastNoticeKind::kChanged;
+    // Asked for again once, with the value's own shape; a value this Recv
+    // cannot ask for so (it did already, or the notice is malformed) is
+    // fetched by RecvTensor, as a changed one.
+    if (reshaped && metadata.ok() && !held_) reshaped_ = *metadata;
+    changed_ = notice.kind == FastNoticeKind::kChanged || (reshaped && !reshaped_.has_value());
     sent_slow_ = notice.kind == FastNoticeKind::kSlowPath;
     if (notice.kind == FastNoticeKind::kFailed && ended_by_.ok()) {
       ended_by_ = absl::Status(static_cast<absl::StatusCode>(notice.code), notice.message);
@@ -197,7 +236,7 @@ absl::Status FastRecvCall::Told(const FastNotice& notice) {
   }
   // No send will match the receive: it ends now, CANCELLED.
   if (transfer != nullptr) transfer->Cancel();
-  return absl::OkStatus();
+  return metadata.status();
 }
 
 absl::Status FastRecvCall::Read(const FastNotice& notice) {
@@ -249,9 +288,11 @@ void FastRecvCall::TransferDone(absl::Status status) {
   Unregister();
   RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' ended: " << status;
   bool dead = false, changed = false, slow = false;
+  std::optional<Metadata> reshaped;
   absl::Status ended_by;
   {
     std::lock_guard lock(mu_);
+    reshaped.swap(reshaped_);
     dead = dead_;
     changed = changed_;
     slow = sent_slow_;
@@ -265,8 +306,25 @@ void FastRecvCall::TransferDone(absl::Status status) {
   if (!ended_by.ok()) return Complete(ended_by, Tensor(), false);
   if (status.ok()) return Complete(absl::OkStatus(), std::move(destination), false);
   if (dead) return Complete(absl::OkStatus(), Tensor(), true);
+  if (reshaped.has_value()) {
+    destination = Tensor();
+    return AskAgain(*std::move(reshaped));
+  }
   if (changed || slow) return FetchBySlowPath(changed);
   Complete(std::move(status), Tensor(), false);
+}
+
+void FastRecvCall::AskAgain(Metadata metadata) {
+  waiting_->asked_again.fetch_add(1);
+  known_.dtype = metadata.dtype;
+  known_.shape = std::move(metadata.shape);
+  // The key's next Recvs ask with the shape its values have now.
+  worker_->fast_keys.Learn(key_, known_);
+  {
+    std::lock_guard lock(mu_);
+    held_ = true;
+  }
+  Post();
 }
 
 void FastRecvCall::FetchBySlowPath(bool held) {

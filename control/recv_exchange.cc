@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "control/fast_path_wire.h"
 #include "control/grpc_status.h"
 #include "control/landing_allocator.h"
 #include "core/cuda.h"
@@ -252,6 +253,9 @@ void RecvExchange::Finish(absl::Status status) {
 
 void RecvExchange::LearnFastKey(WorkerClient& worker, const Tensor& tensor) const {
   const TensorMeta& meta = decoder_->meta();
+  // A request carries at most kFastPathMaxDims dimensions: a value of more
+  // keeps its key to RecvTensor.
+  if (tensor.shape().rank() > kFastPathMaxDims) return worker.fast_keys.Forget(key_);
   if (meta.fast_path_key() == 0 || meta.is_dead() || !destination_.is_host()) return;
   worker.fast_keys.Learn(key_, KnownFastKey{meta.fast_path_key(), tensor.dtype(), tensor.shape(),
                                             meta.fast_path_address(), meta.fast_path_put(),

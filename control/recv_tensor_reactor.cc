@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "control/cuda_ipc_transfer.h"
+#include "control/fast_path_wire.h"
 #include "control/grpc_status.h"
 #include "control/tensor_codec.h"
 #include "control/tensor_route.h"
@@ -63,7 +64,8 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     consumer_ = service_->WatcherFor(*key);
     key_ = *key;
     if (request.fetch_held()) {
-      absl::StatusOr<HeldValue> held = service_->TakeHeldValue(request);
+      absl::StatusOr<HeldValue> held = service_->TakeHeldValue(
+          request.step_id(), request.request_id(), request.rendezvous_key());
       if (held.ok()) {
         OnValue(absl::OkStatus(), held->value, held->is_dead);
       } else {
@@ -205,7 +207,8 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     const ControlOptions& options = service_->env_.options;
     if (!request_.fast_path() || !options.fast_path || plane == nullptr ||
         !plane->carries_messages() || is_dead || !value.location().is_host() ||
-        !DTypeIsMemcpyable(value.dtype()) || request_.consumer_transport_address().empty()) {
+        !DTypeIsMemcpyable(value.dtype()) || value.shape().rank() > kFastPathMaxDims ||
+        request_.consumer_transport_address().empty()) {
       return;
     }
     const bool sends = plane->transfer_op() == TRANSFER_OP_TAG;

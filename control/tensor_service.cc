@@ -100,17 +100,16 @@ void TensorService::HoldForFetch(int64_t step_id, int64_t request_id, const Pars
                       WatcherFor(key));
 }
 
-absl::StatusOr<TensorService::HeldValue> TensorService::TakeHeldValue(
-    const RecvTensorRequest& request) {
-  std::optional<HeldValue> value =
-      held_values_.Take({request.step_id(), request.request_id()}, [&](const HeldValue& held) {
-        return held.key == request.rendezvous_key();
-      });
+absl::StatusOr<TensorService::HeldValue> TensorService::TakeHeldValue(int64_t step_id,
+                                                                      int64_t request_id,
+                                                                      absl::string_view key) {
+  std::optional<HeldValue> value = held_values_.Take(
+      {step_id, request_id}, [&](const HeldValue& held) { return held.key == key; });
   if (value.has_value()) return *std::move(value);
   return absl::NotFoundError(absl::StrCat(
-      "RecvTensor fetch_held: worker ", env_.worker_name, " holds no value of '",
-      Excerpt(request.rendezvous_key()), "' for request ", request.request_id(), " of step ",
-      request.step_id(), " (already fetched, its step cleaned up, or its consumer lost)"));
+      "worker ", env_.worker_name, " holds no value of '", Excerpt(key), "' for request ",
+      request_id, " of step ", step_id,
+      " (already fetched, its step cleaned up, or its consumer lost)"));
 }
 
 }  // namespace rdv::control

@@ -68,24 +68,26 @@ class TensorService {
   // leased to the key's consumer.
   void HoldForFetch(int64_t step_id, int64_t request_id, const ParsedKey& key, Tensor value,
                     bool is_dead);
-
- private:
-  class Reactor;
-  // A value taken for a single_message RecvTensor whose answer needs a
-  // stream, kept under its step and request id for the fetch_held call.
+  // A value kept under its step and request id: for a single_message
+  // RecvTensor whose answer needs a stream, or a fast-path request whose
+  // value the consumer did not expect. Its fetch_held call, or the fast
+  // path's held request, takes it.
   struct HeldValue {
     std::string key;  // the rendezvous key it answers
     Tensor value;
     bool is_dead = false;
   };
+  // The value held for request `request_id` of `step_id` of `key`, once;
+  // NOT_FOUND when there is none (already fetched, its step cleaned up, or
+  // its consumer lost), or it answers another key (and then stays).
+  absl::StatusOr<HeldValue> TakeHeldValue(int64_t step_id, int64_t request_id,
+                                          absl::string_view key);
 
+ private:
+  class Reactor;
   // Checks that this worker is the key's source and that the request is
   // new.
   absl::Status Admit(const RecvTensorRequest& request, const ParsedKey& key);
-  // The value held for a fetch_held call of `key`, once; NOT_FOUND when
-  // there is none (already fetched, its step cleaned up, or its consumer
-  // lost), or it answers another key (and then stays).
-  absl::StatusOr<HeldValue> TakeHeldValue(const RecvTensorRequest& request);
   // Watches the consumer `key` names for what is held for it.
   ConsumerWatcher WatcherFor(const ParsedKey& key) const {
     return ConsumerWatcher(*env_.worker_cache, env_.worker_name, key);

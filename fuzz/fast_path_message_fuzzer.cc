@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     absl::StatusOr<FastRequest> again = DecodeFastRequest(EncodeFastRequest(*request));
     if (!again.ok() || again->key_id != request->key_id || again->bytes != request->bytes ||
         std::memcmp(again->dims, request->dims, sizeof(request->dims)) != 0 ||
-        again->put != request->put || again->put_address != request->put_address ||
+        again->put != request->put || again->read != request->read ||
+        again->held != request->held || again->put_address != request->put_address ||
         again->put_key != request->put_key) {
       std::abort();
     }
@@ -41,12 +42,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   if (absl::StatusOr<FastNotice> notice = DecodeFastNotice(message); notice.ok()) {
-    if (notice->message.size() > kMaxNoticeText || notice->code <= 0 || notice->code > 16) {
+    if (notice->message.size() > kMaxNoticeText || notice->code <= 0 || notice->code > 16 ||
+        notice->num_dims > kFastPathMaxDims) {
       std::abort();
     }
     absl::StatusOr<FastNotice> again = DecodeFastNotice(EncodeFastNotice(*notice));
     if (!again.ok() || again->message != notice->message || again->kind != notice->kind ||
-        again->remote_key != notice->remote_key) {
+        again->remote_key != notice->remote_key || again->dtype != notice->dtype ||
+        std::memcmp(again->dims, notice->dims, sizeof(notice->dims)) != 0) {
       std::abort();
     }
   }

@@ -146,20 +146,26 @@ bool TcpCarriesEverything(const UcxSettings& settings) {
   return every_transport && settings.peer_failure_handling && UcxFindsOnlyTcpAndHostTransports();
 }
 
+// Whether UCX may open tcp, or a shared-memory transport that reads the
+// segment size.
+bool TlsMayUseTcp(const UcxSettings& settings) { return TlsMayUse(settings.tls, {"tcp"}, {}); }
+bool TlsMayUseMm(const UcxSettings& settings) {
+  return TlsMayUse(settings.tls, kMmTransports, kMmAliases);
+}
+
 // A UCX default rdv changes for its traffic, only where the user has set
-// none of `user_variables` and UCX will open a transport that reads it
-// (UCX warns of a setting no interface takes). UCX takes it by `key`, the
-// name within the transport's table; a prefixed name is not accepted. A
-// setting of UCP's own (`tcp_alone`) changes every transport, so it is
-// applied only where tcp carries everything.
+// none of `user_variables` and `applies` holds: UCX will open a transport
+// that reads it (UCX warns of a setting no interface takes), or, for a
+// setting of UCP's own, which changes every transport, tcp carries
+// everything. UCX takes it by `key`, the name within the transport's
+// table; a prefixed name is not accepted. `applies` runs only where the
+// user has set none.
 struct TunedDefault {
   const char* shown;  // in the transport's description
   std::vector<const char*> user_variables;
   const char* key;
   const char* value;
-  std::vector<std::string> members;
-  std::vector<std::string> aliases;
-  bool tcp_alone = false;
+  bool (*applies)(const UcxSettings& settings);
 };
 
 // Over tcp a rendezvous to a consumer (which has no endpoint of its own to
@@ -178,14 +184,13 @@ struct TunedDefault {
 // posted and is copied once more.
 // docs/configuration.md has all three.
 const TunedDefault kTunedDefaults[] = {
-    {"UCX_TCP_RX_SEG_SIZE", {"UCX_TCP_RX_SEG_SIZE"}, "RX_SEG_SIZE", "1M", {"tcp"}, {}},
-    {"UCX_RNDV_THRESH", {"UCX_RNDV_THRESH"}, "RNDV_THRESH", "1M", {"tcp"}, {}, true},
+    {"UCX_TCP_RX_SEG_SIZE", {"UCX_TCP_RX_SEG_SIZE"}, "RX_SEG_SIZE", "1M", TlsMayUseTcp},
+    {"UCX_RNDV_THRESH", {"UCX_RNDV_THRESH"}, "RNDV_THRESH", "1M", TcpCarriesEverything},
     {"UCX_{POSIX,SYSV}_SEG_SIZE",
      {"UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE", "UCX_MM_SEG_SIZE"},
      "MM_SEG_SIZE",
      "56K",
-     kMmTransports,
-     kMmAliases},
+     TlsMayUseMm},
 };
 
 }  // namespace
@@ -228,20 +233,17 @@ std::string ApplyToConfig(const UcxSettings& settings, ucp_config_t* config,
     }
   }
   if (settings.preferred_op == RDV_TRANSPORT_OP_GET && !settings.mapped_memory &&
-      TlsMayUse(settings.tls, kMmTransports, kMmAliases)) {
+      TlsMayUseMm(settings)) {
     warn("op get over shared memory with memory anonymous: the producer's progress thread "
          "serves each get, and a producer lost mid-get can leave later gets to this worker "
          "stalled (UCX 1.13; docs/robustness.md). memory=mapped (RDV_UCX_MEMORY) or op tag "
          "avoids it");
   }
   std::string applied;
-  const bool tcp_carries_everything = TcpCarriesEverything(settings);
   for (const TunedDefault& tuned : kTunedDefaults) {
     const bool user_set = std::any_of(tuned.user_variables.begin(), tuned.user_variables.end(),
                                       [](const char* name) { return std::getenv(name); });
-    const bool applies = tuned.tcp_alone ? tcp_carries_everything
-                                         : TlsMayUse(settings.tls, tuned.members, tuned.aliases);
-    if (user_set || !applies) continue;
+    if (user_set || !tuned.applies(settings)) continue;
     const std::string setting = std::string(tuned.shown) + "=" + tuned.value;
     const ucs_status_t status = ucp_config_modify(config, tuned.key, tuned.value);
     if (status != UCS_OK) {
@@ -257,7 +259,7 @@ std::string ApplyToConfig(const UcxSettings& settings, ucp_config_t* config,
 // a segment of 64 KiB or more, transfers hang instead of failing. Refused
 // here with the reason; 0 when every setting is safe.
 int CheckSharedMemorySegments(const UcxSettings& settings, rdv_transport_error_t* error) {
-  if (!TlsMayUse(settings.tls, kMmTransports, kMmAliases)) return RDV_TRANSPORT_OK;
+  if (!TlsMayUseMm(settings)) return RDV_TRANSPORT_OK;
   for (const char* name : {"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"}) {
     const char* text = std::getenv(name);
     size_t bytes = 0;

@@ -60,7 +60,7 @@ TEST(FastPathWireTest, AWriteRequestsKeyIsBoundedAndMatchesItsLength) {
   EXPECT_TRUE(absl::StrContains(DecodeFastRequest(bytes + "x").status().message(), "says it has"));
   EXPECT_FALSE(DecodeFastRequest(bytes.substr(0, bytes.size() - 1)).ok());
   std::string unknown_flags = bytes;
-  unknown_flags[unknown_flags.size() - request.put_key.size() - 4] = 6;
+  unknown_flags[unknown_flags.size() - request.put_key.size() - 4] = 8;
   EXPECT_TRUE(
       absl::StrContains(DecodeFastRequest(unknown_flags).status().message(), "unknown flags"));
   request.read = true;
@@ -76,6 +76,37 @@ TEST(FastPathWireTest, AReadRequestSaysSo) {
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_TRUE(decoded->read);
   EXPECT_FALSE(decoded->put);
+}
+
+TEST(FastPathWireTest, AHeldRequestSaysSoBesideItsWriteOrRead) {
+  FastRequest request;
+  request.held = true;
+  request.read = true;
+  absl::StatusOr<FastRequest> decoded = DecodeFastRequest(EncodeFastRequest(request));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(decoded->held);
+  EXPECT_TRUE(decoded->read);
+  request.read = false;
+  decoded = DecodeFastRequest(EncodeFastRequest(request));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(decoded->held);
+  EXPECT_FALSE(decoded->read);
+}
+
+TEST(FastPathWireTest, AReshapedNoticeCarriesTheValuesMetadata) {
+  FastNotice reshaped(11, FastNoticeKind::kReshaped, 0, "");
+  reshaped.dtype = 3;
+  reshaped.num_dims = kFastPathMaxDims;
+  for (int i = 0; i < kFastPathMaxDims; ++i) reshaped.dims[i] = i + 1;
+  absl::StatusOr<FastNotice> decoded = DecodeFastNotice(EncodeFastNotice(reshaped));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->kind, FastNoticeKind::kReshaped);
+  EXPECT_EQ(decoded->dtype, 3);
+  EXPECT_EQ(decoded->num_dims, static_cast<uint32_t>(kFastPathMaxDims));
+  EXPECT_EQ(decoded->dims[kFastPathMaxDims - 1], kFastPathMaxDims);
+  reshaped.num_dims = kFastPathMaxDims + 1;
+  EXPECT_TRUE(absl::StrContains(DecodeFastNotice(EncodeFastNotice(reshaped)).status().message(),
+                                "dimensions"));
 }
 
 TEST(FastPathWireTest, AWithdrawalArrivesAsSent) {

@@ -1,7 +1,9 @@
 // The fast path (control/fast_path.h) between this process and a producer
 // worker process: a recurring key's Recvs make no RecvTensor call, and are
-// right whatever its values do (change shape, die, never come, lose their
-// producer). Runs for the protocol settings with the fast path on.
+// right whatever its values do (never come, lose their producer, are
+// withdrawn or read ahead); remote_fast_path_metadata_test.cc has the
+// values whose dtype or shape changes. Runs for the protocol settings with
+// the fast path on.
 #include <algorithm>
 #include <csignal>
 #include <cstring>
@@ -33,6 +35,7 @@ TEST_P(RemoteFastPathTest, FastPathRecurringKeyMakesNoRecvTensorCall) {
   // for its one transfer; A registers none.
   const bool writes = GetParam().fast_path_writes || GetParam().needs_rdma;
   const int64_t registered_before = consumer_->data_plane()->put_exposures();
+  const int64_t asked_again_before = consumer_->fast_path()->recvs_asked_again();
   int64_t fast_with_bytes = 0;
   for (const int64_t bytes : {int64_t{0}, int64_t{64}, int64_t{1} << 20}) {
     const int64_t step = 60 + bytes % 7;
@@ -43,16 +46,19 @@ TEST_P(RemoteFastPathTest, FastPathRecurringKeyMakesNoRecvTensorCall) {
     for (uint32_t seed = 1; seed <= 5; ++seed) {
       ExpectPattern(step, key, seed, static_cast<size_t>(bytes));
     }
-    // The first value of a new size comes by RecvTensor (the shape changed)
-    // or, for the first key, teaches it; every later one comes fast.
+    // The first value of the first size teaches the key by RecvTensor;
+    // every later one comes fast, the first of a new size asked for again.
     const int64_t fast = consumer_->fast_path()->recvs_started() - fast_before;
     EXPECT_GE(fast, 4) << bytes << " bytes";
     if (bytes > 0) fast_with_bytes += fast;
   }
   // The first fast Recv of 64 B asks with the shape it knew, of 0 bytes,
-  // and registers nothing.
+  // and registers nothing; asked again, it registers its new destination,
+  // as the first of 1 MiB does.
+  const int64_t asked_again = consumer_->fast_path()->recvs_asked_again() - asked_again_before;
+  EXPECT_EQ(asked_again, 2);
   EXPECT_EQ(consumer_->data_plane()->put_exposures() - registered_before,
-            writes ? fast_with_bytes - 1 : 0);
+            writes ? fast_with_bytes - 1 + asked_again : 0);
 }
 
 // Between processes of one host, values in the producer's mapped segments
@@ -146,40 +152,6 @@ TEST_P(RemoteFastPathTest, FastPathAsyncRecvsOfOneKeyAllArrive) {
   EXPECT_EQ(consumer_->fast_path()->refused(), 0);
 }
 
-// A value of another shape or dtype than the last is fetched by RecvTensor,
-// whole and right. So is each value asked for ahead with the old shape
-// (read-ahead's depth at most); the key's Recvs are fast after them.
-TEST_P(RemoteFastPathTest, FastPathChangedShapeIsFetchedWholeOnce) {
-  const ParsedKey key = Key("reshaped");
-  const FastPath& fast = *consumer_->fast_path();
-  ASSERT_TRUE(Produce(71, {Item(key, DType::kFloat, {16}, 1)}).ok());
-  ExpectPattern(71, key, 1, 64);
-  const int64_t whole_before = fast.recvs_fetched_by_recv_tensor();
-  ASSERT_TRUE(Produce(71, {Item(key, DType::kFloat, {4, 100}, 2)}).ok());
-  ExpectPattern(71, key, 2, 1600);  // grown: nothing truncated
-  ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, 3)}).ok());
-  ExpectPattern(71, key, 3, 12);  // shrunk and retyped: nothing overrun
-  uint32_t seed = 4;
-  for (; seed < 4 + ReadAhead::kMaxValues; ++seed) {
-    ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, seed)}).ok());
-    ExpectPattern(71, key, seed, 12);
-  }
-  const int64_t whole_after_changes = fast.recvs_fetched_by_recv_tensor();
-  EXPECT_GE(whole_after_changes - whole_before, 2);
-  EXPECT_LE(whole_after_changes - whole_before, 2 + int64_t{ReadAhead::kMaxValues});
-  const int64_t fast_before = fast.recvs_started();
-  for (const uint32_t last = seed + 5; seed < last; ++seed) {
-    ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, seed)}).ok());
-    ExpectPattern(71, key, seed, 12);
-  }
-  EXPECT_GE(fast.recvs_started() - fast_before, 5);
-  EXPECT_EQ(fast.recvs_fetched_by_recv_tensor(), whole_after_changes);
-  // A held value is let go of once its fetch's answer went, which may be
-  // after the Recv has it.
-  EXPECT_TRUE(rdv::testing::PollUntil([&] { return HeldInAll(Holdings()) == 0; }))
-      << "the changed values were all fetched, but " << HeldInAll(Holdings()) << " still held";
-}
-
 // A fast Recv's landing buffer of the value's size is its destination: the
 // tagged send writes there and nothing copies after. One of another size
 // is left alone. The value is larger than what is read ahead for a Recv
@@ -211,38 +183,6 @@ TEST_P(RemoteFastPathTest, FastPathRecvLandsInTheCallersBuffer) {
                 static_cast<std::ptrdiff_t>((*landing)->size()));
     }
   }
-}
-
-// Above 2 GiB, past protobuf's message limit and any 32-bit length: a
-// key's second value of that size comes by the fast path whole (its first
-// teaches the shape by RecvTensor). One value at a time, so that a test
-// process never holds more than one on each side.
-TEST_P(RemoteFastPathTest, FastPathAbove2GiBArrives) {
-  const int64_t bytes = (int64_t{5} << 29) + 3;  // 2.5 GiB and a bit
-  if (Capped(bytes) < bytes) GTEST_SKIP() << "RDV_TEST_MAX_BYTES is below 2.5 GiB";
-  const ParsedKey key = Key("huge");
-  ASSERT_TRUE(Produce(80, {Item(key, DType::kUInt8, {bytes}, 1)}).ok());
-  ExpectPattern(80, key, 1, static_cast<size_t>(bytes));
-  const FastPath& fast = *consumer_->fast_path();
-  const int64_t fast_before = fast.recvs_started();
-  const int64_t whole_before = fast.recvs_fetched_by_recv_tensor();
-  ASSERT_TRUE(Produce(80, {Item(key, DType::kUInt8, {bytes}, 2)}).ok());
-  ExpectPattern(80, key, 2, static_cast<size_t>(bytes));
-  EXPECT_EQ(fast.recvs_started() - fast_before, 1);
-  EXPECT_EQ(fast.recvs_fetched_by_recv_tensor() - whole_before, 0);
-}
-
-TEST_P(RemoteFastPathTest, FastPathDeadValueArrivesDead) {
-  const ParsedKey key = Key("dies");
-  ASSERT_TRUE(Produce(72, {Item(key, DType::kFloat, {8}, 1)}).ok());
-  ExpectPattern(72, key, 1, 32);
-  ProduceItem dead = Item(key, DType::kFloat, {8}, 2);
-  dead.set_is_dead(true);
-  ASSERT_TRUE(Produce(72, {dead}).ok());
-  Tensor value;
-  bool is_dead = false;
-  ASSERT_TRUE(Recv(72, key, &value, &is_dead).ok());
-  EXPECT_TRUE(is_dead);
 }
 
 // A fast Recv whose value never comes ends with the step's abort, its own

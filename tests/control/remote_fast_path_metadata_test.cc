@@ -1,0 +1,163 @@
+// The fast path's values whatever their dtype and shape do (change, grow
+// past 2 GiB, have more dimensions than a request carries, die), and the
+// held requests that bring a value of a changed shape, between this
+// process and a producer worker process. Cases of the conformance suite
+// (remote_fast_path.h), run for the protocol settings with the fast path
+// on.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "control/fast_path.h"
+#include "control/read_ahead.h"
+#include "core/notification.h"
+#include "tests/control/remote_fast_path.h"
+
+namespace rdv::control::remote_test {
+namespace {
+
+// A value of another shape or dtype than the last comes whole and right,
+// with no RecvTensor call: the producer says what it is, and the Recv asks
+// for it again, once, with a destination of that shape. So does each
+// value asked for ahead with the old shape (read-ahead's depth at most);
+// the key's Recvs ask with the new shape after them.
+TEST_P(RemoteFastPathTest, FastPathChangedShapeIsAskedForAgain) {
+  const ParsedKey key = Key("reshaped");
+  const FastPath& fast = *consumer_->fast_path();
+  ASSERT_TRUE(Produce(71, {Item(key, DType::kFloat, {16}, 1)}).ok());
+  ExpectPattern(71, key, 1, 64);
+  const int64_t whole_before = fast.recvs_fetched_by_recv_tensor();
+  const int64_t again_before = fast.recvs_asked_again();
+  ASSERT_TRUE(Produce(71, {Item(key, DType::kFloat, {4, 100}, 2)}).ok());
+  ExpectPattern(71, key, 2, 1600);  // grown: nothing truncated
+  ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, 3)}).ok());
+  ExpectPattern(71, key, 3, 12);  // shrunk and retyped: nothing overrun
+  uint32_t seed = 4;
+  for (; seed < 4 + ReadAhead::kMaxValues; ++seed) {
+    ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, seed)}).ok());
+    ExpectPattern(71, key, seed, 12);
+  }
+  const int64_t again_after_changes = fast.recvs_asked_again();
+  EXPECT_EQ(fast.recvs_fetched_by_recv_tensor(), whole_before);
+  EXPECT_GE(again_after_changes - again_before, 2);
+  EXPECT_LE(again_after_changes - again_before, 2 + int64_t{ReadAhead::kMaxValues});
+  const int64_t fast_before = fast.recvs_started();
+  for (const uint32_t last = seed + 5; seed < last; ++seed) {
+    ASSERT_TRUE(Produce(71, {Item(key, DType::kInt32, {3}, seed)}).ok());
+    ExpectPattern(71, key, seed, 12);
+  }
+  EXPECT_GE(fast.recvs_started() - fast_before, 5);
+  EXPECT_EQ(fast.recvs_asked_again(), again_after_changes);
+  EXPECT_EQ(fast.recvs_fetched_by_recv_tensor(), whole_before);
+  EXPECT_TRUE(rdv::testing::PollUntil([&] { return HeldInAll(Holdings()) == 0; }))
+      << "the changed values were all taken, but " << HeldInAll(Holdings()) << " still held";
+  EXPECT_EQ(fast.refused(), 0);
+}
+
+// A request carries at most kFastPathMaxDims dimensions. A key whose
+// values have more keeps to RecvTensor, and takes the fast path again
+// once they have fewer; every value comes right.
+TEST_P(RemoteFastPathTest, FastPathValuesOfMoreDimensionsThanARequestCarries) {
+  const ParsedKey key = Key("many_dims");
+  const FastPath& fast = *consumer_->fast_path();
+  const std::vector<int64_t> nine(kFastPathMaxDims + 1, 2);
+  ASSERT_TRUE(Produce(81, {Item(key, DType::kFloat, {8}, 1)}).ok());
+  ExpectPattern(81, key, 1, 32);
+  for (uint32_t seed = 2; seed < 5; ++seed) {
+    ASSERT_TRUE(Produce(81, {Item(key, DType::kFloat, nine, seed)}).ok());
+    ExpectPattern(81, key, seed, 4 << nine.size());
+  }
+  for (uint32_t seed = 5; seed < 10; ++seed) {
+    ASSERT_TRUE(Produce(81, {Item(key, DType::kFloat, {8}, seed)}).ok());
+    ExpectPattern(81, key, seed, 32);
+  }
+  const int64_t fast_before = fast.recvs_started();
+  ASSERT_TRUE(Produce(81, {Item(key, DType::kFloat, {8}, 10)}).ok());
+  ExpectPattern(81, key, 10, 32);
+  EXPECT_GE(fast.recvs_started() - fast_before, 1);
+  EXPECT_EQ(fast.refused(), 0);
+}
+
+// A held request asks for a value the producer holds for it after a
+// reshaped notice. One naming nothing held (forged, or stale after the
+// step's cleanup) is refused and counted there, and only the consumer the
+// key's id was given to is told, which refuses it too: it waits for no
+// such Recv. The key keeps working.
+TEST_P(RemoteFastPathTest, FastPathHeldRequestForNothingHeldIsRefused) {
+  const ParsedKey key = Key("held");
+  ASSERT_TRUE(Produce(82, {Item(key, DType::kFloat, {4}, 1)}).ok());
+  ExpectPattern(82, key, 1, 16);
+  absl::StatusOr<std::shared_ptr<WorkerClient>> worker =
+      consumer_->worker_cache().Get("/job:worker/replica:0/task:0");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::optional<KnownFastKey> known = (*worker)->fast_keys.Find(key.FullKey());
+  ASSERT_TRUE(known.has_value());
+  FastRequest request;
+  request.key_id = known->id;
+  request.step_id = 82;
+  request.request_id = 0xfeed;
+  request.held = true;
+  request.bytes = 16;
+  request.dtype = static_cast<int32_t>(DType::kFloat);
+  request.num_dims = 1;
+  request.dims[0] = 4;
+  const plugin::Transport& transport = consumer_->data_plane()->transport();
+  auto forger = plugin::Transport::Load(transport.name(), TransportSettingsOf(GetParam()));
+  ASSERT_TRUE(forger.ok()) << forger.status();
+  auto endpoint = (*forger)->Connect(known->producer_transport_address);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  auto producer_refused = [&] {
+    return CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total");
+  };
+  const double producer_before = producer_refused();
+  const int64_t consumer_before = consumer_->fast_path()->refused();
+  Notification sent;
+  (*forger)->SendMessage(**endpoint, EncodeFastRequest(request), [&](absl::Status status) {
+    EXPECT_TRUE(status.ok()) << status;
+    sent.Notify();
+  });
+  ASSERT_TRUE(sent.WaitForNotificationWithTimeout(kWaitLimit));
+  EXPECT_TRUE(rdv::testing::PollUntil([&] {
+    return producer_refused() == producer_before + 1 &&
+           consumer_->fast_path()->refused() == consumer_before + 1;
+  })) << "producer refused " << producer_refused() - producer_before << ", consumer "
+      << consumer_->fast_path()->refused() - consumer_before;
+  ASSERT_TRUE(Produce(82, {Item(key, DType::kFloat, {4}, 2)}).ok());
+  ExpectPattern(82, key, 2, 16);
+  endpoint->reset();
+}
+
+// Above 2 GiB, past protobuf's message limit and any 32-bit length: a
+// key's second value of that size comes by the fast path whole (its first
+// teaches the shape by RecvTensor). One value at a time, so that a test
+// process never holds more than one on each side.
+TEST_P(RemoteFastPathTest, FastPathAbove2GiBArrives) {
+  const int64_t bytes = (int64_t{5} << 29) + 3;  // 2.5 GiB and a bit
+  if (Capped(bytes) < bytes) GTEST_SKIP() << "RDV_TEST_MAX_BYTES is below 2.5 GiB";
+  const ParsedKey key = Key("huge");
+  ASSERT_TRUE(Produce(80, {Item(key, DType::kUInt8, {bytes}, 1)}).ok());
+  ExpectPattern(80, key, 1, static_cast<size_t>(bytes));
+  const FastPath& fast = *consumer_->fast_path();
+  const int64_t fast_before = fast.recvs_started();
+  const int64_t whole_before = fast.recvs_fetched_by_recv_tensor();
+  ASSERT_TRUE(Produce(80, {Item(key, DType::kUInt8, {bytes}, 2)}).ok());
+  ExpectPattern(80, key, 2, static_cast<size_t>(bytes));
+  EXPECT_EQ(fast.recvs_started() - fast_before, 1);
+  EXPECT_EQ(fast.recvs_fetched_by_recv_tensor() - whole_before, 0);
+}
+
+TEST_P(RemoteFastPathTest, FastPathDeadValueArrivesDead) {
+  const ParsedKey key = Key("dies");
+  ASSERT_TRUE(Produce(72, {Item(key, DType::kFloat, {8}, 1)}).ok());
+  ExpectPattern(72, key, 1, 32);
+  ProduceItem dead = Item(key, DType::kFloat, {8}, 2);
+  dead.set_is_dead(true);
+  ASSERT_TRUE(Produce(72, {dead}).ok());
+  Tensor value;
+  bool is_dead = false;
+  ASSERT_TRUE(Recv(72, key, &value, &is_dead).ok());
+  EXPECT_TRUE(is_dead);
+}
+
+}  // namespace
+}  // namespace rdv::control::remote_test
