@@ -36,7 +36,7 @@ void PrintRow(const Row& row);
 struct ResultFiles {
   std::string subject;   // "rdv:<protocol>" or "grpc-raw"
   std::string protocol;
-  std::string keys;      // "recurring" or "first" (rdv-bench --keys)
+  std::string keys;      // "recurring", "first" or "reshaped" (rdv-bench --keys)
   bool verified = true;  // checked: apps/rdv_bench.cc says how much
   std::string json;
   std::string csv;

@@ -124,6 +124,7 @@ absl::Status BenchSession::StartProduce(int64_t step, int64_t size, int count, u
     ProduceItem* item = request.add_items();
     item->set_rendezvous_key(NextKey());
     item->set_dtype(static_cast<int>(DType::kUInt8));
+    if (options_.reshaped_keys && values_produced_++ % 2 == 1) item->add_dims(1);
     item->add_dims(size);
     item->set_seed(seed);
   }

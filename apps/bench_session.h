@@ -29,6 +29,7 @@ struct BenchOptions {
   std::string client;   // HOST:PORT of an rdv-bench --server
   bool raw_grpc = false;     // unary FetchBytes calls instead of Recvs
   bool first_keys = false;   // every Recv of a key never received before
+  bool reshaped_keys = false;  // one key, its values' shapes alternating
   bool cuda_memory = false;  // tensors on GPU 0 of each process
   int iters = 0;        // Recvs per size; 0: enough for 256 MiB, 5 to 1000
   double time_s = 0;    // seconds per size instead of a count
@@ -95,6 +96,7 @@ class BenchSession {
   std::string key_;
   int64_t next_key_ = 0;
   std::deque<std::string> keys_sent_;  // --keys first: produced, not received yet, in order
+  int64_t values_produced_ = 0;        // --keys reshaped: which shape the next value takes
   std::future<absl::Status> producing_;  // the last StartProduce
 };
 

@@ -57,7 +57,9 @@ ABSL_FLAG(std::string, direction, "pull", "pull (the consumer reads); push is no
 ABSL_FLAG(std::string, keys, "recurring",
           "recurring: every Recv of a size takes the next value of one key (a training loop's "
           "steady state: the fast path serves it); first: every Recv is of a key never "
-          "received before (RecvTensor, the first exchange of each key)");
+          "received before (RecvTensor, the first exchange of each key); reshaped: one key "
+          "whose values alternate between shapes [n] and [1, n] of the same bytes, so that each "
+          "value has another shape than the last (the fast path asks for it again)");
 ABSL_FLAG(int, cpu, -1,
           "run this process on this CPU only (-1: where the scheduler puts it). Benchmarks "
           "of two processes on a small machine pin each to its own CPU, as ucx_perftest -c "
@@ -86,6 +88,7 @@ BenchOptions OptionsOfFlags() {
   options.client = absl::GetFlag(FLAGS_client);
   options.raw_grpc = absl::GetFlag(FLAGS_subject) == "grpc-raw";
   options.first_keys = absl::GetFlag(FLAGS_keys) == "first";
+  options.reshaped_keys = absl::GetFlag(FLAGS_keys) == "reshaped";
   options.cuda_memory = absl::GetFlag(FLAGS_memory) == "cuda";
   options.iters = absl::GetFlag(FLAGS_iters);
   options.time_s = absl::GetFlag(FLAGS_time_s);
@@ -147,8 +150,9 @@ absl::Status CheckFlags() {
     return absl::FailedPreconditionError(
         absl::StrCat("--memory cuda: ", cuda::UnavailableReason()));
   }
-  if (absl::GetFlag(FLAGS_keys) != "recurring" && absl::GetFlag(FLAGS_keys) != "first") {
-    return absl::InvalidArgumentError("--keys: use recurring or first");
+  if (absl::GetFlag(FLAGS_keys) != "recurring" && absl::GetFlag(FLAGS_keys) != "first" &&
+      absl::GetFlag(FLAGS_keys) != "reshaped") {
+    return absl::InvalidArgumentError("--keys: use recurring, first or reshaped");
   }
   if (absl::GetFlag(FLAGS_peer_cpu) != -1 && !absl::GetFlag(FLAGS_local)) {
     return absl::InvalidArgumentError("--peer_cpu pins the peer that --local spawns; pin a "

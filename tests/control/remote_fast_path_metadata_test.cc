@@ -10,6 +10,7 @@
 
 #include "control/fast_path.h"
 #include "control/read_ahead.h"
+#include "core/buffer.h"
 #include "core/notification.h"
 #include "tests/control/remote_fast_path.h"
 
@@ -52,6 +53,37 @@ TEST_P(RemoteFastPathTest, FastPathChangedShapeIsAskedForAgain) {
   EXPECT_TRUE(rdv::testing::PollUntil([&] { return HeldInAll(Holdings()) == 0; }))
       << "the changed values were all taken, but " << HeldInAll(Holdings()) << " still held";
   EXPECT_EQ(fast.refused(), 0);
+}
+
+// A value of a new size asked for again lands in the Recv's landing buffer
+// when that has the new size: the held request's destination is the
+// caller's memory, as a first request's is, and nothing copies after. The
+// values are larger than what is read ahead for a Recv with a landing
+// buffer, so the Recv asks for itself.
+TEST_P(RemoteFastPathTest, FastPathValueAskedForAgainLandsInTheCallersBuffer) {
+  const ParsedKey key = Key("relanded");
+  constexpr int64_t kOldBytes = int64_t{512} << 10;
+  constexpr int64_t kNewBytes = int64_t{768} << 10;
+  static_assert(kOldBytes > ReadAhead::kMaxLandedValueBytes);
+  const FastPath& fast = *consumer_->fast_path();
+  ASSERT_TRUE(Produce(83, {Item(key, DType::kUInt8, {kOldBytes}, 1)}).ok());
+  ExpectPattern(83, key, 1, static_cast<size_t>(kOldBytes));
+  auto landing = Buffer::Allocate(HostAllocator(), static_cast<size_t>(kNewBytes));
+  ASSERT_TRUE(landing.ok());
+  RendezvousArgs args;
+  args.landing = *landing;
+  const int64_t again_before = fast.recvs_asked_again();
+  const int64_t whole_before = fast.recvs_fetched_by_recv_tensor();
+  RecvResult result;
+  consumer_->rendezvous_mgr().Find(83)->RecvAsync(key, args, result.Capture());
+  ASSERT_TRUE(Produce(83, {Item(key, DType::kUInt8, {kNewBytes}, 2)}).ok());
+  ASSERT_TRUE(result.Wait());
+  ASSERT_TRUE(result.status.ok()) << result.status;
+  EXPECT_TRUE(VerifyPattern(result.value, 2).ok());
+  EXPECT_EQ(result.value.TotalBytes(), static_cast<size_t>(kNewBytes));
+  EXPECT_EQ(result.value.data(), (*landing)->data());
+  EXPECT_EQ(fast.recvs_asked_again() - again_before, 1);
+  EXPECT_EQ(fast.recvs_fetched_by_recv_tensor(), whole_before);
 }
 
 // A request carries at most kFastPathMaxDims dimensions. A key whose
