@@ -59,9 +59,50 @@ std::shared_ptr<FastRecvCall> FastPath::NewRecv(std::shared_ptr<WorkerClient> wo
                                         ahead);
 }
 
+void FastPath::StartAll(const std::vector<std::shared_ptr<FastRecvCall>>& calls) {
+  const size_t limit = env_.data_plane->transport().max_message_bytes();
+  const std::string& producer = calls.front()->producer_address();
+  std::vector<std::string> batch;
+  std::vector<std::shared_ptr<FastRecvCall>> batched;
+  size_t bytes = 0;
+  for (const std::shared_ptr<FastRecvCall>& call : calls) {
+    std::optional<std::string> request = call->Prepare();
+    if (!request.has_value()) continue;
+    if (!batch.empty() && (batch.size() == kMaxBatchedRequests ||
+                           FastRequestsBytes(batch.size() + 1, bytes + request->size()) > limit)) {
+      SendBatch(producer, std::move(batch), std::move(batched));
+      batch.clear();
+      batched.clear();
+      bytes = 0;
+    }
+    bytes += request->size();
+    batch.push_back(*std::move(request));
+    batched.push_back(call);
+  }
+  if (!batch.empty()) SendBatch(producer, std::move(batch), std::move(batched));
+}
+
+void FastPath::SendBatch(const std::string& producer, std::vector<std::string> requests,
+                         std::vector<std::shared_ptr<FastRecvCall>> calls) {
+  waiting_->request_messages.fetch_add(1);
+  // One request goes as itself: a batch of one would only be longer.
+  std::string message = requests.size() == 1 ? std::move(requests.front())
+                                             : EncodeFastRequests(requests);
+  env_.data_plane->SendMessage(producer, std::move(message),
+                               [calls = std::move(calls)](absl::Status sent) {
+                                 for (const auto& call : calls) call->NotSent(sent, "request");
+                               });
+}
+
 void FastPath::OnMessage(absl::string_view message) {
   absl::StatusOr<FastKind> kind = PeekFastKind(message);
   if (!kind.ok()) return Refuse(kind.status());
+  if (*kind == FastKind::kRequests) {
+    absl::StatusOr<std::vector<FastRequest>> requests = DecodeFastRequests(message);
+    if (!requests.ok()) return Refuse(requests.status());
+    for (const FastRequest& request : *requests) OnRequest(request);
+    return;
+  }
   if (*kind == FastKind::kRequest) {
     absl::StatusOr<FastRequest> request = DecodeFastRequest(message);
     return request.ok() ? OnRequest(*request) : Refuse(request.status());
@@ -87,6 +128,7 @@ void FastPath::AppendStats(GetStatsResponse* response) const {
                   recvs_fetched_by_recv_tensor()},
         std::pair{"rdv_fast_path_recvs_asked_again_total", recvs_asked_again()},
         std::pair{"rdv_fast_path_requests_served_total", requests_served()},
+        std::pair{"rdv_fast_path_request_messages_total", request_messages()},
         std::pair{"rdv_fast_path_requests_overflowed_total", requests_overflowed()},
         std::pair{"rdv_fast_path_values_lent_total", values_lent()}}) {
     StatsCounter* counter = response->add_counters();

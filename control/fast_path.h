@@ -63,6 +63,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -89,6 +90,8 @@ struct FastWaiting {
   std::atomic<int64_t> fetched_by_recv_tensor{0};
   // Fast Recvs asked for again, by a held request, after a reshaped notice.
   std::atomic<int64_t> asked_again{0};
+  // Messages sent that carried requests (FastPath::StartAll's batches once).
+  std::atomic<int64_t> request_messages{0};
 };
 
 class FastPath {
@@ -121,6 +124,10 @@ class FastPath {
                                         RecvTensorRequest fallback,
                                         std::shared_ptr<Buffer> landing, Detach detach,
                                         Done done, bool ahead = false);
+  // Starts `calls` (one or more, of one key, each hooked as Start() asks)
+  // and sends their requests to the producer in as few messages as its
+  // transport carries, in order. A batch that does not go fails its calls.
+  void StartAll(const std::vector<std::shared_ptr<FastRecvCall>>& calls);
 
   // Withdrawals that found no waiting request are remembered, up to this
   // many, so that a request overtaken by its withdrawal is refused.
@@ -137,6 +144,8 @@ class FastPath {
   // Values this worker asked for ahead of their Recvs.
   int64_t read_ahead() const { return read_ahead_.load(); }
   int64_t requests_served() const { return requests_served_.load(); }
+  // Messages this worker sent that carried requests (a batch counts once).
+  int64_t request_messages() const { return waiting_->request_messages.load(); }
   // Requests past kMaxWaitingRequests, sent to RecvTensor.
   int64_t requests_overflowed() const { return requests_overflowed_.load(); }
   // Values this worker held for its consumers to read (design D).
@@ -148,13 +157,17 @@ class FastPath {
   // This worker's fast Recvs whose value changed dtype or shape, and which
   // asked for it again with the new one.
   int64_t recvs_asked_again() const { return waiting_->asked_again.load(); }
-  // The eight above as GetStats counters (rdv_fast_path_*).
+  // The nine above as GetStats counters (rdv_fast_path_*).
   void AppendStats(GetStatsResponse* response) const;
 
  private:
   // On the transport's progress thread.
   void OnMessage(absl::string_view message);
   void OnRequest(const FastRequest& request);
+  // Sends `requests` (encoded) to `producer` as one batch; its failure
+  // fails `calls`.
+  void SendBatch(const std::string& producer, std::vector<std::string> requests,
+                 std::vector<std::shared_ptr<FastRecvCall>> calls);
   void OnWithdrawal(const FastWithdrawal& withdrawal);
   void OnNotice(const FastNotice& notice);
   void OnRelease(const FastRelease& release);
@@ -231,6 +244,14 @@ class FastRecvCall final : public AbortableCall,
 
   // Posts the receive and sends the request.
   void Start();
+  // Posts the receive and returns the request, for the caller to send
+  // (FastPath::StartAll); nullopt when the call ended, or took RecvTensor,
+  // instead.
+  std::optional<std::string> Prepare();
+  // The end of a message to the producer that did not go: the Recv fails
+  // UNAVAILABLE, naming `what` (nothing when `sent` is OK).
+  void NotSent(const absl::Status& sent, absl::string_view what);
+  const std::string& producer_address() const { return known_.producer_transport_address; }
   // Ends the Recv with `status` without asking the producer (Abort, but
   // never by a withdrawal).
   void End(const absl::Status& status);
@@ -259,9 +280,6 @@ class FastRecvCall final : public AbortableCall,
   // The notice's metadata, checked: INVALID_ARGUMENT for a dtype the fast
   // path does not carry or an impossible shape.
   static absl::StatusOr<Metadata> MetadataOf(const FastNotice& notice);
-  // Allocates the destination for known_'s dtype and shape, readies it,
-  // and sends the request (a held one after a reshaped notice).
-  void Post();
   // After a reshaped notice: asks for the held value again, with its own
   // dtype and shape, which the key's later Recvs take too.
   void AskAgain(Metadata metadata);

@@ -1,6 +1,7 @@
 #include "control/fast_path_wire.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -56,6 +57,14 @@ struct NoticeWire {
   int64_t dims[kFastPathMaxDims];
 };
 
+// Followed by `count` entries, each a uint32 length and that many bytes of
+// an encoded request.
+struct RequestsWire {
+  Header header;
+  uint32_t count;
+  uint32_t reserved;
+};
+
 struct ReleaseWire {
   Header header;
   uint64_t key_id;
@@ -75,6 +84,9 @@ std::string Bytes(const Wire& wire) {
 
 absl::Status CheckHeader(absl::string_view message);
 
+// What `trailing` says of a message whose entries check their own bounds.
+constexpr size_t kAnyTrailing = SIZE_MAX;
+
 // `trailing`: the bytes that follow the struct, as the struct itself says.
 template <typename Wire>
 absl::StatusOr<Wire> Read(absl::string_view message, FastKind kind,
@@ -89,7 +101,9 @@ absl::StatusOr<Wire> Read(absl::string_view message, FastKind kind,
   if (wire.header.kind != static_cast<uint16_t>(kind)) {
     return absl::InvalidArgumentError("a fast-path message of another kind");
   }
-  const size_t expected = sizeof(Wire) + (trailing != nullptr ? trailing(wire) : 0);
+  const size_t trails = trailing != nullptr ? trailing(wire) : 0;
+  if (trails == kAnyTrailing) return wire;
+  const size_t expected = sizeof(Wire) + trails;
   if (message.size() != expected) {
     return absl::InvalidArgumentError(absl::StrCat("a fast-path message of ", message.size(),
                                                    " bytes; it says it has ", expected));
@@ -152,6 +166,23 @@ std::string EncodeFastRelease(const FastRelease& release) {
   return Bytes(wire);
 }
 
+size_t FastRequestsBytes(size_t count, size_t bytes) {
+  return sizeof(RequestsWire) + count * sizeof(uint32_t) + bytes;
+}
+
+std::string EncodeFastRequests(absl::Span<const std::string> requests) {
+  RequestsWire wire{};
+  wire.header = HeaderOf(FastKind::kRequests);
+  wire.count = static_cast<uint32_t>(requests.size());
+  std::string message = Bytes(wire);
+  for (const std::string& request : requests) {
+    const auto length = static_cast<uint32_t>(request.size());
+    message.append(reinterpret_cast<const char*>(&length), sizeof(length));
+    message += request;
+  }
+  return message;
+}
+
 namespace {
 
 absl::Status CheckHeader(absl::string_view message) { return PeekFastKind(message).status(); }
@@ -174,7 +205,7 @@ absl::StatusOr<FastKind> PeekFastKind(absl::string_view message) {
                                                    kFastPathVersion));
   }
   if (header.kind < static_cast<uint16_t>(FastKind::kRequest) ||
-      header.kind > static_cast<uint16_t>(FastKind::kRelease)) {
+      header.kind > static_cast<uint16_t>(FastKind::kRequests)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a fast-path message of unknown kind ", header.kind));
   }
@@ -254,6 +285,44 @@ absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message) {
   const absl::string_view key = message.substr(sizeof(NoticeWire));
   notice.remote_key.assign(key.data(), key.size());
   return notice;
+}
+
+absl::StatusOr<std::vector<FastRequest>> DecodeFastRequests(absl::string_view message) {
+  absl::StatusOr<RequestsWire> wire = Read<RequestsWire>(
+      message, FastKind::kRequests, [](const RequestsWire&) { return kAnyTrailing; });
+  if (!wire.ok()) return wire.status();
+  if (wire->count == 0 || wire->count > kMaxBatchedRequests) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a fast-path batch of ", wire->count, " requests; at most ",
+                     kMaxBatchedRequests, " and at least one travel together"));
+  }
+  absl::string_view rest = message.substr(sizeof(RequestsWire));
+  std::vector<FastRequest> requests;
+  requests.reserve(wire->count);
+  for (uint32_t i = 0; i < wire->count; ++i) {
+    uint32_t length = 0;
+    if (rest.size() < sizeof(length)) {
+      return absl::InvalidArgumentError(absl::StrCat("a fast-path batch cut at entry ", i));
+    }
+    std::memcpy(&length, rest.data(), sizeof(length));
+    rest.remove_prefix(sizeof(length));
+    if (length > rest.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("a fast-path batch whose entry ", i, " has ",
+                                                     length, " bytes, past its end"));
+    }
+    absl::StatusOr<FastRequest> request = DecodeFastRequest(rest.substr(0, length));
+    if (!request.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a fast-path batch's entry ", i, ": ", request.status().message()));
+    }
+    requests.push_back(*std::move(request));
+    rest.remove_prefix(length);
+  }
+  if (!rest.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a fast-path batch with ", rest.size(), " bytes after its last entry"));
+  }
+  return requests;
 }
 
 absl::StatusOr<FastRelease> DecodeFastRelease(absl::string_view message) {

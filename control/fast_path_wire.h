@@ -12,9 +12,11 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace rdv::control {
 
@@ -27,6 +29,7 @@ enum class FastKind : uint16_t {
   kNotice = 2,   // producer -> consumer
   kWithdraw = 3, // consumer -> producer
   kRelease = 4,  // consumer -> producer
+  kRequests = 5,  // consumer -> producer: several requests, in order
 };
 
 // What the producer says instead of sending the bytes.
@@ -66,6 +69,12 @@ struct FastRequest {
   uint64_t put_address = 0;
   std::string put_key;  // at most kMaxPutKeyBytes
 };
+
+// Requests batched into one message (read-ahead's top-ups of a key ask for
+// several values at once): each entry is a whole encoded request, taken in
+// the order given. At most kMaxBatchedRequests, and no more bytes than the
+// transport's message carries (the caller's to split).
+inline constexpr size_t kMaxBatchedRequests = 32;
 
 // "I no longer wait for request `request_id` of the key you gave me
 // `key_id` for, in step `step_id`: give its value to the next request."
@@ -110,6 +119,11 @@ std::string EncodeFastRequest(const FastRequest& request);
 std::string EncodeFastWithdrawal(const FastWithdrawal& withdrawal);
 std::string EncodeFastNotice(const FastNotice& notice);
 std::string EncodeFastRelease(const FastRelease& release);
+// The batch of `requests` (encoded by EncodeFastRequest; at most
+// kMaxBatchedRequests of them), and how many bytes a batch of requests of
+// `bytes` bytes together, `count` of them, takes.
+std::string EncodeFastRequests(absl::Span<const std::string> requests);
+size_t FastRequestsBytes(size_t count, size_t bytes);
 
 // The kind of a message, or INVALID_ARGUMENT naming what is wrong with it.
 absl::StatusOr<FastKind> PeekFastKind(absl::string_view message);
@@ -117,5 +131,8 @@ absl::StatusOr<FastRequest> DecodeFastRequest(absl::string_view message);
 absl::StatusOr<FastWithdrawal> DecodeFastWithdrawal(absl::string_view message);
 absl::StatusOr<FastNotice> DecodeFastNotice(absl::string_view message);
 absl::StatusOr<FastRelease> DecodeFastRelease(absl::string_view message);
+// Every entry checked as DecodeFastRequest checks one: the batch is
+// refused whole when one is malformed.
+absl::StatusOr<std::vector<FastRequest>> DecodeFastRequests(absl::string_view message);
 
 }  // namespace rdv::control

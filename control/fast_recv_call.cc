@@ -31,34 +31,44 @@ FastRecvCall::FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> w
       ahead_(ahead),
       worker_name_(worker_->worker_name) {}
 
-void FastRecvCall::Start() { Post(); }
+void FastRecvCall::Start() {
+  std::optional<std::string> request = Prepare();
+  if (!request.has_value()) return;
+  waiting_->request_messages.fetch_add(1);
+  SendToProducer(*std::move(request), "request");
+}
 
-void FastRecvCall::Post() {
+std::optional<std::string> FastRecvCall::Prepare() {
   DataPlane* plane = data_plane_;
   std::shared_ptr<Allocator> allocator = plane->ReceiveAllocator(MemoryLocation::Host());
   if (landing_ != nullptr) {
     allocator = std::make_shared<LandingAllocator>(landing_, std::move(allocator));
   }
   absl::StatusOr<Tensor> destination = Tensor::Allocate(allocator, known_.dtype, known_.shape);
-  if (!destination.ok()) return Complete(destination.status(), Tensor(), false);
+  if (!destination.ok()) {
+    Complete(destination.status(), Tensor(), false);
+    return std::nullopt;
+  }
   std::string put_key;
   std::unique_ptr<plugin::TransportMemory> exposed;
   if (known_.put && destination->TotalBytes() > 0) {
     absl::StatusOr<std::unique_ptr<plugin::TransportMemory>> exposure =
         plane->ExposeForPut(*destination);
     if (!exposure.ok()) {
-      return Complete(absl::Status(exposure.status().code(),
-                                   absl::StrCat("the fast path cannot register the destination "
-                                                "for the producer's write: ",
-                                                exposure.status().message())),
-                      Tensor(), false);
+      Complete(absl::Status(exposure.status().code(),
+                            absl::StrCat("the fast path cannot register the destination "
+                                         "for the producer's write: ",
+                                         exposure.status().message())),
+               Tensor(), false);
+      return std::nullopt;
     }
     put_key = (*exposure)->remote_key();
     if (put_key.size() > kMaxPutKeyBytes) {
       RDV_LOG(Warning) << "fast path: the transport's remote key has " << put_key.size()
                        << " bytes, more than a request carries (" << kMaxPutKeyBytes
                        << "): Recv of '" << key_ << "' takes RecvTensor";
-      return FetchBySlowPath(AsksForHeldValue());
+      FetchBySlowPath(AsksForHeldValue());
+      return std::nullopt;
     }
     exposed = *std::move(exposure);
   }
@@ -85,7 +95,8 @@ void FastRecvCall::Post() {
     if (!stopped) waiting_->calls[request_id_] = self;
   }
   if (stopped) {
-    return Complete(absl::CancelledError("the worker is shutting down"), Tensor(), false);
+    Complete(absl::CancelledError("the worker is shutting down"), Tensor(), false);
+    return std::nullopt;
   }
   std::shared_ptr<SideTransfer> transfer = SideTransfer::Fetch(
       worker_, plane, descriptor, destination_, key_,
@@ -100,10 +111,13 @@ void FastRecvCall::Post() {
   }
   // Ended before the request went (an abort, or a cancellation that had
   // nothing to withdraw): nothing will be sent to the receive.
-  if (ended) return transfer->Cancel();
+  if (ended) {
+    transfer->Cancel();
+    return std::nullopt;
+  }
   RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' requested"
                  << (held ? " again, reshaped" : "");
-  SendToProducer(EncodeFastRequest(RequestFor(std::move(put_key), held)), "request");
+  return EncodeFastRequest(RequestFor(std::move(put_key), held));
 }
 
 bool FastRecvCall::AsksForHeldValue() {
@@ -130,18 +144,17 @@ FastRequest FastRecvCall::RequestFor(std::string put_key, bool held) const {
 }
 
 void FastRecvCall::SendToProducer(std::string message, absl::string_view what) {
-  data_plane_->SendMessage(
-      known_.producer_transport_address, std::move(message),
-      [self = shared_from_this(), what = std::string(what)](absl::Status sent) {
-        // The transport to the producer failed: it is lost or unreachable,
-        // whatever the transport's code.
-        if (!sent.ok()) {
-          self->Abort(absl::UnavailableError(absl::StrCat("the fast-path ", what,
-                                                          " did not reach worker ",
-                                                          self->worker_name_, ": ",
-                                                          sent.message())));
-        }
-      });
+  data_plane_->SendMessage(known_.producer_transport_address, std::move(message),
+                           [self = shared_from_this(), what = std::string(what)](
+                               absl::Status sent) { self->NotSent(sent, what); });
+}
+
+void FastRecvCall::NotSent(const absl::Status& sent, absl::string_view what) {
+  // The transport to the producer failed: it is lost or unreachable,
+  // whatever the transport's code.
+  if (sent.ok()) return;
+  Abort(absl::UnavailableError(absl::StrCat("the fast-path ", what, " did not reach worker ",
+                                            worker_name_, ": ", sent.message())));
 }
 
 void FastRecvCall::Cancel(const absl::Status& status) {
@@ -324,7 +337,7 @@ void FastRecvCall::AskAgain(Metadata metadata) {
     std::lock_guard lock(mu_);
     held_ = true;
   }
-  Post();
+  Start();
 }
 
 void FastRecvCall::FetchBySlowPath(bool held) {

@@ -69,9 +69,16 @@ std::shared_ptr<ReadAhead::Slot> ReadAhead::Take(absl::string_view key, size_t d
   std::lock_guard lock(mu_);
   KeyState& state = keys_[key];
   if (++state.recvs < 2 || (depth == 0 && state.slots.empty())) return nullptr;
-  while (state.slots.size() < depth + 1) {
-    started->push_back(std::make_shared<Slot>());
-    state.slots.push_back(started->back());
+  // A deep key is topped up once half its values are taken, so that their
+  // requests travel together (FastPath::StartAll); a shallow one each time,
+  // so that its next value is always on its way. Either way the slot taken
+  // below counts.
+  const size_t top_up_below = depth >= kBatchFromDepth ? depth / 2 + 1 : depth + 1;
+  if (state.slots.size() < top_up_below) {
+    while (state.slots.size() < depth + 1) {
+      started->push_back(std::make_shared<Slot>());
+      state.slots.push_back(started->back());
+    }
   }
   std::shared_ptr<Slot> taken = std::move(state.slots.front());
   state.slots.pop_front();

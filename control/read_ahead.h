@@ -9,7 +9,8 @@
 // holds goes with the step. A key's first fast Recv in a step reads nothing
 // ahead, so a key that recurs once per step (the same edge in the next
 // step) costs nothing. From its second on, each Recv takes the oldest
-// slot and tops the key up so that `depth` more are asked for. Slots hand
+// slot and tops the key up so that `depth` more are asked for: at once for
+// a shallow key, once half are taken for a deep one (kBatchFromDepth). Slots hand
 // their values out in the order they were asked for, which is the order
 // the producer took them.
 //
@@ -73,6 +74,9 @@ class ReadAhead {
   // and no more than `bytes` bytes together (at least one, when `bytes`
   // is at least the value's size).
   static constexpr size_t kMaxValues = 16;
+  // From this depth up a key is topped up by half its depth at a time, so
+  // that one message asks for several values.
+  static constexpr size_t kBatchFromDepth = 8;
   static size_t DepthFor(size_t budget_bytes, size_t value_bytes);
   // The largest value read ahead for a Recv that brings a destination of
   // its own (RendezvousArgs::landing, as torch's recv does): a value read

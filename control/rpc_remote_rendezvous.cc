@@ -126,12 +126,15 @@ void RpcRemoteRendezvous::RecvKnown(const ParsedKey& key, const RendezvousArgs& 
   std::vector<std::shared_ptr<ReadAhead::Slot>> started;
   std::shared_ptr<ReadAhead::Slot> slot =
       read_ahead_.Take(key.FullKey(), ReadAheadDepth(known, args.landing != nullptr), &started);
+  std::vector<std::shared_ptr<FastRecvCall>> calls;
   for (std::shared_ptr<ReadAhead::Slot>& ahead : started) {
-    StartFast(key, {}, worker, known, ahead,
-              [ahead](absl::Status status, Tensor value, bool is_dead) mutable {
-                ahead->Deliver(std::move(status), std::move(value), is_dead);
-              });
+    calls.push_back(NewFast(key, {}, worker, known, ahead,
+                            [ahead](absl::Status status, Tensor value, bool is_dead) mutable {
+                              ahead->Deliver(std::move(status), std::move(value), is_dead);
+                            }));
   }
+  // The slots' requests go together, in their order.
+  if (!calls.empty()) env_->fast_path->StartAll(calls);
   if (slot == nullptr) {
     return StartFast(key, args, std::move(worker), std::move(known), nullptr, std::move(finish));
   }
@@ -151,6 +154,12 @@ void RpcRemoteRendezvous::StartFast(const ParsedKey& key, const RendezvousArgs& 
                                     std::shared_ptr<WorkerClient> worker, KnownFastKey known,
                                     const std::shared_ptr<ReadAhead::Slot>& ahead,
                                     Finish finish) {
+  NewFast(key, args, std::move(worker), std::move(known), ahead, std::move(finish))->Start();
+}
+
+std::shared_ptr<FastRecvCall> RpcRemoteRendezvous::NewFast(
+    const ParsedKey& key, const RendezvousArgs& args, std::shared_ptr<WorkerClient> worker,
+    KnownFastKey known, const std::shared_ptr<ReadAhead::Slot>& ahead, Finish finish) {
   CancellationManager* const cancel = args.cancellation_manager;
   const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
   // Sent only if the value changed; queued releases wait for a request
@@ -162,7 +171,7 @@ void RpcRemoteRendezvous::StartFast(const ParsedKey& key, const RendezvousArgs& 
       std::move(fallback), ahead == nullptr ? args.landing : nullptr, DetachFrom(cancel, token),
       std::move(finish), /*ahead=*/ahead != nullptr);
   Hook(call.get(), key.FullKey(), cancel, token);
-  call->Start();
+  return call;
 }
 
 void RpcRemoteRendezvous::AwaitAhead(const ParsedKey& key, const RendezvousArgs& args,

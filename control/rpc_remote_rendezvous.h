@@ -36,6 +36,8 @@
 
 namespace rdv::control {
 
+class FastRecvCall;
+
 class RpcRemoteRendezvous final : public Rendezvous,
                                   public std::enable_shared_from_this<RpcRemoteRendezvous> {
  public:
@@ -64,10 +66,15 @@ class RpcRemoteRendezvous final : public Rendezvous,
   void RecvKnown(const ParsedKey& key, const RendezvousArgs& args,
                  std::shared_ptr<WorkerClient> worker, KnownFastKey known, Finish finish);
   // A fast-path Recv of `key`, or the read-ahead call of `ahead` (without
-  // the Recv's landing and cancellation).
+  // the Recv's landing and cancellation): NewFast makes it and hooks it,
+  // StartFast starts it too.
   void StartFast(const ParsedKey& key, const RendezvousArgs& args,
                  std::shared_ptr<WorkerClient> worker, KnownFastKey known,
                  const std::shared_ptr<ReadAhead::Slot>& ahead, Finish finish);
+  std::shared_ptr<FastRecvCall> NewFast(const ParsedKey& key, const RendezvousArgs& args,
+                                        std::shared_ptr<WorkerClient> worker, KnownFastKey known,
+                                        const std::shared_ptr<ReadAhead::Slot>& ahead,
+                                        Finish finish);
   // The Recv waits for `slot`'s value; its cancellation gives the slot back.
   void AwaitAhead(const ParsedKey& key, const RendezvousArgs& args,
                   std::shared_ptr<ReadAhead::Slot> slot, Finish finish);

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "control/fast_path_wire.h"
 
@@ -25,6 +27,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         again->held != request->held || again->put_address != request->put_address ||
         again->put_key != request->put_key) {
       std::abort();
+    }
+  }
+  if (absl::StatusOr<std::vector<FastRequest>> requests = DecodeFastRequests(message);
+      requests.ok()) {
+    if (requests->empty() || requests->size() > kMaxBatchedRequests) std::abort();
+    std::vector<std::string> encoded;
+    for (const FastRequest& request : *requests) encoded.push_back(EncodeFastRequest(request));
+    absl::StatusOr<std::vector<FastRequest>> again = DecodeFastRequests(EncodeFastRequests(encoded));
+    if (!again.ok() || again->size() != requests->size()) std::abort();
+    for (size_t i = 0; i < requests->size(); ++i) {
+      if ((*again)[i].request_id != (*requests)[i].request_id ||
+          (*again)[i].put_key != (*requests)[i].put_key) {
+        std::abort();
+      }
     }
   }
   if (absl::StatusOr<FastRelease> release = DecodeFastRelease(message); release.ok()) {

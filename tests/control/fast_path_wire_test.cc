@@ -2,6 +2,9 @@
 // and anything else is refused with a reason before it is used.
 #include "control/fast_path_wire.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
@@ -109,6 +112,48 @@ TEST(FastPathWireTest, AReshapedNoticeCarriesTheValuesMetadata) {
                                 "dimensions"));
 }
 
+TEST(FastPathWireTest, ABatchOfRequestsArrivesAsSentInOrder) {
+  std::vector<std::string> encoded;
+  for (uint64_t id = 1; id <= 3; ++id) {
+    FastRequest request;
+    request.key_id = 0xabc;
+    request.request_id = id;
+    request.put = id == 2;
+    request.put_key = id == 2 ? "key" : "";
+    encoded.push_back(EncodeFastRequest(request));
+  }
+  const std::string batch = EncodeFastRequests(encoded);
+  EXPECT_EQ(batch.size(), FastRequestsBytes(3, encoded[0].size() * 2 + encoded[1].size()));
+  ASSERT_EQ(*PeekFastKind(batch), FastKind::kRequests);
+  absl::StatusOr<std::vector<FastRequest>> decoded = DecodeFastRequests(batch);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_EQ(decoded->size(), 3u);
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ((*decoded)[i].request_id, i + 1);
+  EXPECT_EQ((*decoded)[1].put_key, "key");
+  EXPECT_FALSE(DecodeFastRequest(batch).ok()) << "a batch is not one request";
+}
+
+TEST(FastPathWireTest, ABatchIsRefusedWholeWhenAnyEntryIsWrong) {
+  const std::string one = EncodeFastRequest(FastRequest{});
+  EXPECT_TRUE(absl::StrContains(DecodeFastRequests(EncodeFastRequests({})).status().message(),
+                                "at least one"));
+  const std::vector<std::string> too_many(kMaxBatchedRequests + 1, one);
+  EXPECT_TRUE(
+      absl::StrContains(DecodeFastRequests(EncodeFastRequests(too_many)).status().message(),
+                        "at most"));
+  const std::string batch = EncodeFastRequests({one, one});
+  EXPECT_TRUE(absl::StrContains(
+      DecodeFastRequests(batch.substr(0, batch.size() - 1)).status().message(), "past its end"));
+  EXPECT_TRUE(absl::StrContains(DecodeFastRequests(batch + "x").status().message(),
+                                "after its last entry"));
+  EXPECT_TRUE(absl::StrContains(
+      DecodeFastRequests(EncodeFastRequests({one, EncodeFastWithdrawal({})})).status().message(),
+      "entry 1"));
+  EXPECT_TRUE(absl::StrContains(
+      DecodeFastRequests(EncodeFastRequests({one, std::string(2, 'x')})).status().message(),
+      "entry 1"));
+}
+
 TEST(FastPathWireTest, AWithdrawalArrivesAsSent) {
   const std::string bytes = EncodeFastWithdrawal({0xfeedull, 12, 34});
   ASSERT_EQ(*PeekFastKind(bytes), FastKind::kWithdraw);
@@ -141,7 +186,7 @@ TEST(FastPathWireTest, AnythingElseIsRefusedWithAReason) {
   std::string bytes = EncodeFastRequest(request);
   EXPECT_TRUE(absl::StrContains(PeekFastKind("RDV").status().message(), "too short"));
   std::string unknown_kind = bytes;
-  unknown_kind[6] = 5;
+  unknown_kind[6] = 6;
   EXPECT_TRUE(absl::StrContains(PeekFastKind(unknown_kind).status().message(), "unknown kind"));
   std::string wrong_magic = bytes;
   wrong_magic[0] = 'X';

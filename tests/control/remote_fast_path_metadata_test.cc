@@ -95,18 +95,20 @@ TEST_P(RemoteFastPathTest, FastPathValuesOfMoreDimensionsThanARequestCarries) {
   const std::vector<int64_t> nine(kFastPathMaxDims + 1, 2);
   ASSERT_TRUE(Produce(81, {Item(key, DType::kFloat, {8}, 1)}).ok());
   ExpectPattern(81, key, 1, 32);
+  const int64_t fast_before_nine = fast.recvs_started();
   for (uint32_t seed = 2; seed < 5; ++seed) {
     ASSERT_TRUE(Produce(81, {Item(key, DType::kFloat, nine, seed)}).ok());
     ExpectPattern(81, key, seed, 4 << nine.size());
   }
+  // Only the first asks fast (with the shape of before), and is told to
+  // fetch the value by RecvTensor, which forgets the key.
+  EXPECT_EQ(fast.recvs_started() - fast_before_nine, 1);
+  const int64_t fast_before_one = fast.recvs_started();
   for (uint32_t seed = 5; seed < 10; ++seed) {
     ASSERT_TRUE(Produce(81, {Item(key, DType::kFloat, {8}, seed)}).ok());
     ExpectPattern(81, key, seed, 32);
   }
-  const int64_t fast_before = fast.recvs_started();
-  ASSERT_TRUE(Produce(81, {Item(key, DType::kFloat, {8}, 10)}).ok());
-  ExpectPattern(81, key, 10, 32);
-  EXPECT_GE(fast.recvs_started() - fast_before, 1);
+  EXPECT_GE(fast.recvs_started() - fast_before_one, 1);
   EXPECT_EQ(fast.refused(), 0);
 }
 

@@ -280,6 +280,28 @@ TEST_P(RemoteFastPathTest, FastPathReadAheadKeepsAFifoKeysOrder) {
   ExpectPattern(kStep + 1, key, 91, 64);
 }
 
+// A deep key's read-ahead asks for half its depth at a time, the requests
+// of each top-up together (as many messages as the transport's size needs):
+// far fewer messages than Recvs, and every value right, in order.
+TEST_P(RemoteFastPathTest, FastPathReadAheadAsksInBatches) {
+  constexpr int64_t kStep = 84;
+  const ParsedKey key = Key("batched");
+  const FastPath& fast = *consumer_->fast_path();
+  ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {16}, 1)}).ok());
+  ExpectPattern(kStep, key, 1, 64);
+  const int64_t started_before = fast.recvs_started();
+  const int64_t messages_before = fast.request_messages();
+  std::vector<ProduceItem> items;
+  for (uint32_t seed = 2; seed < 66; ++seed) items.push_back(Item(key, DType::kFloat, {16}, seed));
+  ASSERT_TRUE(Produce(kStep, items).ok());
+  for (uint32_t seed = 2; seed < 66; ++seed) ExpectPattern(kStep, key, seed, 64);
+  const int64_t started = fast.recvs_started() - started_before;
+  const int64_t messages = fast.request_messages() - messages_before;
+  EXPECT_GE(started, 64);
+  EXPECT_LE(messages * 2, started) << messages << " messages for " << started << " requests";
+  EXPECT_EQ(fast.refused(), 0);
+}
+
 // A producer keeps at most FastPath::kMaxWaitingRequests requests waiting;
 // the Recvs past that are told to ask by RecvTensor, and every value still
 // arrives, right. The Recvs read ahead: a read-ahead the producer does not
