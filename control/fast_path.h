@@ -9,7 +9,8 @@
 //      for the producer's write;
 //   2. sends the producer a request message through the data plane's
 //      transport (plugin ABI v3 messages): {key id, step, request id,
-//      dtype, shape}, and for B the destination's address and remote key;
+//      dtype, shape}, and for B the destination's address and remote key
+//      (read-ahead's top-ups of a key: several in one message, StartAll);
 //   3. the producer, on its transport's progress thread, waits for the
 //      key's next value in that step (RecvAsync, no thread waits), then
 //      A: sends it tagged under the request id, straight into the

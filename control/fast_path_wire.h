@@ -1,9 +1,9 @@
 // The fast path's messages, as they travel through the data plane's
 // transport (plugin ABI v3 messages): a consumer's request for the next
-// value of a key it received before, its withdrawal of a request it no
-// longer waits for, and a producer's notice when that value cannot come as
-// the consumer expects it, or is there to be read; and the consumer's
-// release of a value it read. Fixed-size, little-endian
+// value of a key it received before (or several, batched), its withdrawal
+// of a request it no longer waits for, and a producer's notice when that
+// value cannot come as the consumer expects it, or is there to be read;
+// and the consumer's release of a value it read. Fixed-size, little-endian
 // as the host (workers of one cluster share an architecture, as the data
 // plane's blobs already assume). Anything that arrives is untrusted until
 // Decode* has checked its size, magic, version, kind and bounds.
