@@ -24,6 +24,13 @@ bool ShapeMatches(const FastRequest& request, const Tensor& value) {
 
 }  // namespace
 
+FastWays FastWaysFor(const DataPlane& plane, const ControlOptions& options, bool lent) {
+  const bool sends = plane.transfer_op() == TRANSFER_OP_TAG;
+  const bool puts = (plane.transport().supported_ops() & RDV_TRANSPORT_OP_PUT) != 0;
+  const bool reads = sends ? !options.fast_path_writes && lent : options.fast_path_reads;
+  return FastWays{puts && !reads && (!sends || options.fast_path_writes), reads};
+}
+
 FastPath::FastPath(const WorkerEnv& env, RendezvousMgr& rendezvous_mgr, TensorService& tensors)
     : env_(env), rendezvous_mgr_(rendezvous_mgr), tensors_(tensors) {
   env_.data_plane->SetMessageSink([this](absl::string_view message) { OnMessage(message); });
@@ -283,8 +290,13 @@ void FastPath::Answer(const FastRequest& request, const FastKeyIds::Entry& entry
   const bool read = request.read || (!request.put && plane->transfer_op() == TRANSFER_OP_GET);
   const bool unreadable = read && value.TotalBytes() > 0 && plane->OpFor(value) != TRANSFER_OP_GET;
   const bool reshaped = !ShapeMatches(request, value);
+  // A value that should come another way than the request asks (a key
+  // whose values moved into memory the consumer reads itself) is fetched
+  // by RecvTensor, whose answer teaches the key the new way.
+  const FastWays ways = FastWaysFor(*plane, env_.options, plane->OpFor(value) == TRANSFER_OP_GET);
+  const bool another_way = ways.put != request.put || ways.get != request.read;
   if (!value.location().is_host() || unreadable ||
-      (reshaped && (request.held || !DTypeIsMemcpyable(value.dtype()) ||
+      (reshaped && (request.held || another_way || !DTypeIsMemcpyable(value.dtype()) ||
                     value.shape().rank() > kFastPathMaxDims))) {
     tensors_.HoldForFetch(request.step_id, static_cast<int64_t>(id), key, value, false);
     return Notify(plane, entry.consumer_address,

@@ -234,6 +234,17 @@ class FastPath {
   std::deque<ServedId> early_withdrawal_order_;  // serving_mu_: oldest first
 };
 
+// How a producer has a key's values come by the fast path
+// (TensorMeta.fast_path_put and fast_path_get), for a value that is `lent`
+// (op get: it lies in memory the consumer reads by a copy of its own):
+// written into the request's destination (`put`, design B), held to be
+// read (`get`, design D), or else sent tagged (design A).
+struct FastWays {
+  bool put = false;
+  bool get = false;
+};
+FastWays FastWaysFor(const DataPlane& plane, const ControlOptions& options, bool lent);
+
 // One fast-path Recv (the consumer's side).
 class FastRecvCall final : public AbortableCall,
                            public std::enable_shared_from_this<FastRecvCall> {

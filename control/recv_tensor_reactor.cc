@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "control/cuda_ipc_transfer.h"
+#include "control/fast_path.h"
 #include "control/fast_path_wire.h"
 #include "control/grpc_status.h"
 #include "control/tensor_codec.h"
@@ -217,9 +218,9 @@ class TensorService::Reactor final : public grpc::ServerWriteReactor<grpc::ByteB
     meta_.set_fast_path_key(service_->fast_key_ids_.Intern(
         request_.rendezvous_key(), request_.consumer_transport_address()));
     meta_.set_fast_path_address(plane->local_address());
-    const bool reads = sends ? !options.fast_path_writes && lent : options.fast_path_reads;
-    meta_.set_fast_path_put(puts && !reads && (!sends || options.fast_path_writes));
-    meta_.set_fast_path_get(reads);
+    const FastWays ways = FastWaysFor(*plane, options, lent);
+    meta_.set_fast_path_put(ways.put);
+    meta_.set_fast_path_get(ways.get);
   }
 
   std::shared_ptr<TagSend> PostedTagSend() {

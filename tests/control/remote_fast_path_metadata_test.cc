@@ -86,6 +86,39 @@ TEST_P(RemoteFastPathTest, FastPathValueAskedForAgainLandsInTheCallersBuffer) {
   EXPECT_EQ(fast.recvs_fetched_by_recv_tensor(), whole_before);
 }
 
+// A key whose values grow into the producer's mapped segments comes the
+// way the new size does: the value that should now be lent is not asked
+// for again as tagged, but fetched by RecvTensor, whose answer teaches the
+// key to read. So is each value asked for ahead the old way (read-ahead's
+// depth at most); the values after them are lent
+// (FastPathLendsValuesInMappedSegments has the settings that lend).
+TEST_P(RemoteFastPathTest, FastPathKeyGrowingIntoMappedSegmentsIsLentAfter) {
+  const ParsedKey key = Key("grows");
+  constexpr int64_t kStep = 85;
+  constexpr int64_t kSmall = int64_t{64} << 10;
+  constexpr int64_t kLarge = int64_t{1} << 20;
+  ASSERT_TRUE(Produce(kStep, {Item(key, DType::kUInt8, {kSmall}, 1)}).ok());
+  ExpectPattern(kStep, key, 1, static_cast<size_t>(kSmall));
+  ASSERT_TRUE(Produce(kStep, {Item(key, DType::kUInt8, {kSmall}, 2)}).ok());
+  ExpectPattern(kStep, key, 2, static_cast<size_t>(kSmall));
+  constexpr uint32_t kLast = 3 + ReadAhead::kMaxValues + 8;
+  const double before =
+      CounterOf(StatsOf(producer_->address()), "rdv_fast_path_values_lent_total");
+  for (uint32_t seed = 3; seed <= kLast; ++seed) {
+    ASSERT_TRUE(Produce(kStep, {Item(key, DType::kUInt8, {kLarge}, seed)}).ok());
+    ExpectPattern(kStep, key, seed, static_cast<size_t>(kLarge));
+  }
+  const double lent =
+      CounterOf(StatsOf(producer_->address()), "rdv_fast_path_values_lent_total") - before;
+  const bool lends = LendsMappedValue(GetParam(), kLarge) && !GetParam().fast_path_writes &&
+                     !(GetParam().fast_path_reads && ReadsEveryValue(GetParam()));
+  if (lends) {
+    EXPECT_GE(lent, 4) << "the values after the stale read-aheads are lent";
+  }
+  EXPECT_TRUE(rdv::testing::PollUntil([&] { return HeldInAll(Holdings()) == 0; }))
+      << HeldInAll(Holdings()) << " values still held";
+}
+
 // A request carries at most kFastPathMaxDims dimensions. A key whose
 // values have more keeps to RecvTensor, and takes the fast path again
 // once they have fewer; every value comes right.

@@ -54,9 +54,11 @@ TEST_P(RemoteFastPathTest, FastPathRecurringKeyMakesNoRecvTensorCall) {
   }
   // The first fast Recv of 64 B asks with the shape it knew, of 0 bytes,
   // and registers nothing; asked again, it registers its new destination,
-  // as the first of 1 MiB does.
+  // as the first of 1 MiB does unless it is to be lent now (then it is
+  // fetched by RecvTensor, which teaches the key to read).
   const int64_t asked_again = consumer_->fast_path()->recvs_asked_again() - asked_again_before;
-  EXPECT_EQ(asked_again, 2);
+  EXPECT_GE(asked_again, 1);
+  EXPECT_LE(asked_again, 2);
   EXPECT_EQ(consumer_->data_plane()->put_exposures() - registered_before,
             writes ? fast_with_bytes - 1 + asked_again : 0);
 }
