@@ -293,8 +293,11 @@ void FastPath::Answer(const FastRequest& request, const FastKeyIds::Entry& entry
   // A value that should come another way than the request asks (a key
   // whose values moved into memory the consumer reads itself) is fetched
   // by RecvTensor, whose answer teaches the key the new way.
-  const FastWays ways = FastWaysFor(*plane, env_.options, plane->OpFor(value) == TRANSFER_OP_GET);
-  const bool another_way = ways.put != request.put || ways.get != request.read;
+  const bool another_way = reshaped && [&] {
+    const FastWays ways =
+        FastWaysFor(*plane, env_.options, plane->OpFor(value) == TRANSFER_OP_GET);
+    return ways.put != request.put || ways.get != request.read;
+  }();
   if (!value.location().is_host() || unreadable ||
       (reshaped && (request.held || another_way || !DTypeIsMemcpyable(value.dtype()) ||
                     value.shape().rank() > kFastPathMaxDims))) {
