@@ -176,6 +176,12 @@ void FastPath::OnRequest(const FastRequest& request) {
 
 void FastPath::ServeHeld(const FastRequest& request, const FastKeyIds::Entry& entry,
                          const ParsedKey& key) {
+  {
+    // A withdrawal sent before the Recv asked again: the value it asks for
+    // was taken already, and comes all the same.
+    std::lock_guard lock(serving_mu_);
+    early_withdrawals_.erase({request.key_id, request.step_id, request.request_id});
+  }
   absl::StatusOr<TensorService::HeldValue> held =
       tensors_.TakeHeldValue(request.step_id, static_cast<int64_t>(request.request_id), entry.key);
   if (!held.ok()) {

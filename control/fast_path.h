@@ -273,6 +273,7 @@ class FastRecvCall final : public AbortableCall,
   void Abort(const absl::Status& status) override;
   // Withdraws the request at the producer; the Recv ends with `status` once
   // the producer says it took no value for it, or with the value it took.
+  // A held request is not withdrawn: its value was taken, and comes at once.
   // Safe under the caller's locks.
   void Cancel(const absl::Status& status) override;
   // The producer's notice (on the progress thread). FAILED_PRECONDITION for
@@ -284,6 +285,18 @@ class FastRecvCall final : public AbortableCall,
   absl::Status Read(const FastNotice& notice);
 
  private:
+  // What the Recv does when its transfer ends without the value, as the
+  // producer's last notice said.
+  enum class AfterNotice {
+    kEnd,        // ends with the transfer's status (or the notice's)
+    kDead,       // ends with is_dead
+    kFetchHeld,  // a RecvTensor call fetches the value held for it
+    kFetchNext,  // a RecvTensor call fetches the key's next value
+    kAskAgain,   // asks for the held value again with its own dtype and shape
+  };
+  // `can_ask_again`: a reshaped notice this Recv can ask again after (it
+  // did not already, and the notice's metadata is sound).
+  static AfterNotice AfterNoticeOf(FastNoticeKind kind, bool can_ask_again);
   // A value's dtype and shape, as a reshaped notice gives them.
   struct Metadata {
     DType dtype = DType::kInvalid;
@@ -330,10 +343,8 @@ class FastRecvCall final : public AbortableCall,
   absl::Status ended_by_;                   // mu_: abort, or a failed notice
   absl::Status cancelled_;                  // mu_: the first Cancel's status
   bool requested_ = false;                  // mu_: the request is on its way
-  bool dead_ = false;                       // mu_
-  bool changed_ = false;                    // mu_
-  bool sent_slow_ = false;                  // mu_: told to take RecvTensor
-  std::optional<Metadata> reshaped_;        // mu_: from a reshaped notice
+  AfterNotice after_notice_ = AfterNotice::kEnd;  // mu_: from the last notice
+  Metadata reshaped_;                       // mu_: with AfterNotice::kAskAgain
   bool held_ = false;                       // mu_: asks for a held value
   RecvTensorCall* slow_call_ = nullptr;     // mu_: the RecvTensor it took
   // The destination as the producer may write it (design B), until the

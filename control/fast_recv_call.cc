@@ -159,14 +159,20 @@ void FastRecvCall::NotSent(const absl::Status& sent, absl::string_view what) {
 
 void FastRecvCall::Cancel(const absl::Status& status) {
   bool requested = false;
+  bool held = false;
   {
     std::lock_guard lock(mu_);
     if (!cancelled_.ok()) return;
     cancelled_ = status;
     requested = requested_;
+    held = held_;
     if (slow_call_ != nullptr) return slow_call_->Cancel(status);
   }
   if (!requested) return Abort(status);
+  // The producer took the value a held request asks for already, and
+  // answers it at once: there is nothing to withdraw, and the Recv ends
+  // with that answer.
+  if (held) return;
   RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' withdrawing";
   SendToProducer(EncodeFastWithdrawal({known_.id, step_id_, request_id_}), "withdrawal");
 }
@@ -223,6 +229,24 @@ absl::StatusOr<FastRecvCall::Metadata> FastRecvCall::MetadataOf(const FastNotice
   return Metadata{*dtype, *std::move(shape)};
 }
 
+FastRecvCall::AfterNotice FastRecvCall::AfterNoticeOf(FastNoticeKind kind,
+                                                      bool can_ask_again) {
+  switch (kind) {
+    case FastNoticeKind::kDead:
+      return AfterNotice::kDead;
+    case FastNoticeKind::kChanged:
+      return AfterNotice::kFetchHeld;
+    case FastNoticeKind::kSlowPath:
+      return AfterNotice::kFetchNext;
+    case FastNoticeKind::kReshaped:
+      // Asked for again once, with the value's own shape; a value this Recv
+      // cannot ask for so is fetched by RecvTensor, as a changed one.
+      return can_ask_again ? AfterNotice::kAskAgain : AfterNotice::kFetchHeld;
+    default:
+      return AfterNotice::kEnd;
+  }
+}
+
 absl::Status FastRecvCall::Told(const FastNotice& notice) {
   if (notice.kind == FastNoticeKind::kReadable) return Read(notice);
   const bool reshaped = notice.kind == FastNoticeKind::kReshaped;
@@ -231,13 +255,8 @@ absl::Status FastRecvCall::Told(const FastNotice& notice) {
   std::shared_ptr<SideTransfer> transfer;
   {
     std::lock_guard lock(mu_);
-    dead_ = notice.kind == FastNoticeKind::kDead;
-    // Asked for again once, with the value's own shape; a value this Recv
-    // cannot ask for so (it did already, or the notice is malformed) is
-    // fetched by RecvTensor, as a changed one.
-    if (reshaped && metadata.ok() && !held_) reshaped_ = *metadata;
-    changed_ = notice.kind == FastNoticeKind::kChanged || (reshaped && !reshaped_.has_value());
-    sent_slow_ = notice.kind == FastNoticeKind::kSlowPath;
+    after_notice_ = AfterNoticeOf(notice.kind, metadata.ok() && !held_);
+    if (after_notice_ == AfterNotice::kAskAgain) reshaped_ = *metadata;
     if (notice.kind == FastNoticeKind::kFailed && ended_by_.ok()) {
       ended_by_ = absl::Status(static_cast<absl::StatusCode>(notice.code), notice.message);
     }
@@ -300,15 +319,13 @@ void FastRecvCall::Unregister() {
 void FastRecvCall::TransferDone(absl::Status status) {
   Unregister();
   RDV_LOG(Debug) << "fast path: Recv " << request_id_ << " of '" << key_ << "' ended: " << status;
-  bool dead = false, changed = false, slow = false;
-  std::optional<Metadata> reshaped;
+  AfterNotice after = AfterNotice::kEnd;
+  Metadata reshaped;
   absl::Status ended_by;
   {
     std::lock_guard lock(mu_);
-    reshaped.swap(reshaped_);
-    dead = dead_;
-    changed = changed_;
-    slow = sent_slow_;
+    after = std::exchange(after_notice_, AfterNotice::kEnd);
+    reshaped = std::move(reshaped_);
     ended_by = ended_by_;
     transfer_.reset();
     // The producer's access to the destination ends before the Recv does.
@@ -318,13 +335,19 @@ void FastRecvCall::TransferDone(absl::Status status) {
   Tensor destination(std::move(destination_));
   if (!ended_by.ok()) return Complete(ended_by, Tensor(), false);
   if (status.ok()) return Complete(absl::OkStatus(), std::move(destination), false);
-  if (dead) return Complete(absl::OkStatus(), Tensor(), true);
-  if (reshaped.has_value()) {
-    destination = Tensor();
-    return AskAgain(*std::move(reshaped));
+  switch (after) {
+    case AfterNotice::kDead:
+      return Complete(absl::OkStatus(), Tensor(), true);
+    case AfterNotice::kAskAgain:
+      destination = Tensor();
+      return AskAgain(std::move(reshaped));
+    case AfterNotice::kFetchHeld:
+      return FetchBySlowPath(/*held=*/true);
+    case AfterNotice::kFetchNext:
+      return FetchBySlowPath(/*held=*/false);
+    case AfterNotice::kEnd:
+      return Complete(std::move(status), Tensor(), false);
   }
-  if (changed || slow) return FetchBySlowPath(changed);
-  Complete(std::move(status), Tensor(), false);
 }
 
 void FastRecvCall::AskAgain(Metadata metadata) {

@@ -6,6 +6,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "gtest/gtest.h"
 
 #include "tests/control/remote_conformance.h"
 
@@ -23,7 +28,15 @@ class RemoteFastPathTest : public RemoteConformanceTest {
   // FastPathWithdrawnRecvLosesNoValue; `fast_recvs`: the fast Recvs its
   // ten cancelled Recvs start, when each asks for itself.
   void ExpectWithdrawnRecvsLoseNoValue(std::optional<int64_t> fast_recvs);
+  // Sends `messages` to the transport `address` from a transport of the
+  // workers' kind that no handshake admitted, then waits (bounded) until
+  // `all_refused` holds. The sender stays up until then: a message whose
+  // send completed may still be on its way.
+  ::testing::AssertionResult SendForged(const std::string& address,
+                                        const std::vector<std::string>& messages,
+                                        absl::FunctionRef<bool()> all_refused);
 };
+
 // The fast path with read-ahead off: a FIFO key's every Recv asks the
 // producer itself, which is what the cases of withdrawal test.
 class RemoteFastPathWithoutReadAheadTest : public RemoteFastPathTest {

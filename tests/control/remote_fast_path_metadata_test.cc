@@ -168,30 +168,18 @@ TEST_P(RemoteFastPathTest, FastPathHeldRequestForNothingHeldIsRefused) {
   request.dtype = static_cast<int32_t>(DType::kFloat);
   request.num_dims = 1;
   request.dims[0] = 4;
-  const plugin::Transport& transport = consumer_->data_plane()->transport();
-  auto forger = plugin::Transport::Load(transport.name(), TransportSettingsOf(GetParam()));
-  ASSERT_TRUE(forger.ok()) << forger.status();
-  auto endpoint = (*forger)->Connect(known->producer_transport_address);
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   auto producer_refused = [&] {
     return CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total");
   };
   const double producer_before = producer_refused();
   const int64_t consumer_before = consumer_->fast_path()->refused();
-  Notification sent;
-  (*forger)->SendMessage(**endpoint, EncodeFastRequest(request), [&](absl::Status status) {
-    EXPECT_TRUE(status.ok()) << status;
-    sent.Notify();
-  });
-  ASSERT_TRUE(sent.WaitForNotificationWithTimeout(kWaitLimit));
-  EXPECT_TRUE(rdv::testing::PollUntil([&] {
+  EXPECT_TRUE(SendForged(known->producer_transport_address, {EncodeFastRequest(request)}, [&] {
     return producer_refused() == producer_before + 1 &&
            consumer_->fast_path()->refused() == consumer_before + 1;
   })) << "producer refused " << producer_refused() - producer_before << ", consumer "
       << consumer_->fast_path()->refused() - consumer_before;
   ASSERT_TRUE(Produce(82, {Item(key, DType::kFloat, {4}, 2)}).ok());
   ExpectPattern(82, key, 2, 16);
-  endpoint->reset();
 }
 
 // Above 2 GiB, past protobuf's message limit and any 32-bit length: a

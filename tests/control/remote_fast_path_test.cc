@@ -354,8 +354,6 @@ TEST_P(RemoteFastPathTest, FastPathBoundsTheRequestsWaitingAtTheProducer) {
       << "the requests past the bound took RecvTensor";
 }
 
-// The producer dies while a fast Recv waits: UNAVAILABLE within the peer
-// timeout (its PeerWatch), never a hang.
 // Messages from anyone who reaches the worker's transport: garbage, and
 // well-formed ones naming no key id, request or awaited write, are
 // dropped and counted; a Recv of the key still comes right after them.
@@ -363,11 +361,6 @@ TEST_P(RemoteFastPathTest, FastPathForgedMessagesAreRefusedAndCounted) {
   const ParsedKey key = Key("forged");
   ASSERT_TRUE(Produce(77, {Item(key, DType::kUInt8, {1 << 16}, 1)}).ok());
   ExpectPattern(77, key, 1, 1 << 16);
-  const plugin::Transport& transport = consumer_->data_plane()->transport();
-  auto forger = plugin::Transport::Load(transport.name(), TransportSettingsOf(GetParam()));
-  ASSERT_TRUE(forger.ok()) << forger.status();
-  auto endpoint = (*forger)->Connect(consumer_->data_plane()->local_address());
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   FastRequest request;
   request.key_id = 0x5eed;  // not an id this worker issued
   request.put = true;
@@ -380,21 +373,12 @@ TEST_P(RemoteFastPathTest, FastPathForgedMessagesAreRefusedAndCounted) {
       EncodeFastNotice({0xbad, FastNoticeKind::kReadable, 0, ""}),
       EncodeFastRelease({0x5eed, 77, 1, 64})};
   const int64_t refused_before = consumer_->fast_path()->refused();
-  for (const std::string& message : forged) {
-    Notification sent;
-    (*forger)->SendMessage(**endpoint, message, [&](absl::Status status) {
-      EXPECT_TRUE(status.ok()) << status;
-      sent.Notify();
-    });
-    ASSERT_TRUE(sent.WaitForNotificationWithTimeout(kWaitLimit));
-  }
-  EXPECT_TRUE(rdv::testing::PollUntil([&] {
+  EXPECT_TRUE(SendForged(consumer_->data_plane()->local_address(), forged, [&] {
     return consumer_->fast_path()->refused() - refused_before ==
            static_cast<int64_t>(forged.size());
   })) << consumer_->fast_path()->refused() - refused_before << " of " << forged.size();
   ASSERT_TRUE(Produce(77, {Item(key, DType::kUInt8, {1 << 16}, 2)}).ok());
   ExpectPattern(77, key, 2, 1 << 16);
-  endpoint->reset();
 }
 
 // ProducerLostMidTransferFailsTheRecvWithinThePeerTimeout, on the fast
@@ -407,6 +391,8 @@ TEST_P(RemoteFastPathTest, FastPathProducerLostMidTransferFailsTheRecv) {
       << "the stalled Recv did not take the fast path";
 }
 
+// The producer dies while a fast Recv waits: UNAVAILABLE within the peer
+// timeout (its PeerWatch), never a hang.
 TEST_P(RemoteFastPathTest, FastPathProducerDeathFailsTheRecv) {
   const ParsedKey key = Key("orphaned");
   ASSERT_TRUE(Produce(75, {Item(key, DType::kFloat, {8}, 1)}).ok());
@@ -424,6 +410,32 @@ TEST_P(RemoteFastPathTest, FastPathProducerDeathFailsTheRecv) {
 }
 
 }  // namespace
+
+::testing::AssertionResult RemoteFastPathTest::SendForged(
+    const std::string& address, const std::vector<std::string>& messages,
+    absl::FunctionRef<bool()> all_refused) {
+  const plugin::Transport& transport = consumer_->data_plane()->transport();
+  auto forger = plugin::Transport::Load(transport.name(), TransportSettingsOf(GetParam()));
+  if (!forger.ok()) return ::testing::AssertionFailure() << forger.status();
+  auto endpoint = (*forger)->Connect(address);
+  if (!endpoint.ok()) return ::testing::AssertionFailure() << endpoint.status();
+  for (const std::string& message : messages) {
+    Notification sent;
+    absl::Status sent_status;
+    (*forger)->SendMessage(**endpoint, message, [&](absl::Status status) {
+      sent_status = std::move(status);
+      sent.Notify();
+    });
+    if (!sent.WaitForNotificationWithTimeout(kWaitLimit)) {
+      return ::testing::AssertionFailure() << "a forged message was not sent in time";
+    }
+    if (!sent_status.ok()) return ::testing::AssertionFailure() << sent_status;
+  }
+  const bool refused = rdv::testing::PollUntil([&] { return all_refused(); });
+  endpoint->reset();
+  if (!refused) return ::testing::AssertionFailure() << "not every forged message was refused";
+  return ::testing::AssertionSuccess();
+}
 
 void RemoteFastPathTest::ExpectWithdrawnRecvsLoseNoValue(std::optional<int64_t> fast_recvs) {
   constexpr int64_t kStep = 76;
