@@ -10,6 +10,7 @@
 #include "apps/cpu_placement.h"
 #include "control/data_plane.h"
 #include "control/protocol.h"
+#include "control/read_ahead.h"
 #include "control/security.h"
 #include "control/stats_format.h"
 #include "control/tensor_pattern.h"
@@ -57,6 +58,7 @@ absl::Status BenchSession::Connect() {
   options.listen_address = "127.0.0.1:0";
   RDV_ASSIGN_OR_RETURN(options.cluster,
                        ClusterSpec::FromFlag(absl::StrCat("worker=", peer_address_, ",127.0.0.1:1")));
+  read_ahead_bytes_ = options.control.read_ahead_bytes;
   RDV_ASSIGN_OR_RETURN(consumer_, WorkerServer::Start(options));
   grpc::ChannelArguments channel_args = PeerChannelArguments(options.control);
   channel_args.SetMaxReceiveMessageSize(-1);  // raw gRPC's reference replies hold a whole size
@@ -237,6 +239,16 @@ absl::Status BenchSession::Verify(const std::vector<Tensor>& received, uint32_t 
   return absl::OkStatus();
 }
 
+int BenchSession::QuietWarmupWindows(int64_t size) const {
+  constexpr int kQuietWindows = 3;
+  // A Recv that reads ahead asks for up to depth + 1 values: their
+  // destinations are registered then, and first written (the costly first
+  // touch) only as the windows after it take them.
+  const size_t ahead = ReadAhead::DepthFor(read_ahead_bytes_, static_cast<size_t>(size)) + 1;
+  const auto window = static_cast<size_t>(options_.in_flight);
+  return kQuietWindows + static_cast<int>((ahead + window - 1) / window);
+}
+
 uint64_t BenchSession::PoolRegistrations() {
   DataPlane* plane = consumer_->data_plane();
   return plane == nullptr ? 0 : plane->allocator()->stats().registrations;
@@ -258,8 +270,8 @@ absl::StatusOr<Row> BenchSession::Measure(int64_t size) {
   // The consumer's pool may still grow after the first Recvs: a Recv's
   // callback holds its tensor until it returns, and the next Recv may
   // allocate before that.
-  constexpr int kQuietWarmupRounds = 3;
   constexpr int kMaxWarmupRounds = 30;
+  const int quiet_rounds = QuietWarmupWindows(size);
   int last_growth = -1;
   // Each window's tensors stay held until the next window has arrived, as
   // a training step uses its input while the next one comes: the pool then
@@ -295,7 +307,7 @@ absl::StatusOr<Row> BenchSession::Measure(int64_t size) {
     held = std::move(received);
     if (!warm) {
       if (PoolRegistrations() != registered) last_growth = round;
-      if (round + 1 == warmup_rounds && round - last_growth < kQuietWarmupRounds &&
+      if (round + 1 == warmup_rounds && round - last_growth < quiet_rounds &&
           warmup_rounds < kMaxWarmupRounds) {
         ++warmup_rounds;
       }

@@ -79,6 +79,9 @@ class BenchSession {
   absl::Status Verify(const std::vector<Tensor>& received, uint32_t seed, bool whole);
   // Blocks the consumer's pool has registered so far (0 without a data plane).
   uint64_t PoolRegistrations();
+  // Windows of warm-up with no new block in the pool before timing starts:
+  // 3, and as many as the values of `size` read ahead fill.
+  int QuietWarmupWindows(int64_t size) const;
   // The key the next Produce item carries.
   std::string NextKey();
 
@@ -91,6 +94,7 @@ class BenchSession {
   std::string peer_address_;
   uint64_t peer_incarnation_ = 0;
   int64_t next_step_ = 1;
+  size_t read_ahead_bytes_ = 0;  // the consumer's RDV_READ_AHEAD_BYTES
   // The key of every Recv (--keys recurring), or the stem of each Recv's
   // own key (--keys first).
   std::string key_;

@@ -47,8 +47,10 @@ ABSL_FLAG(int, warmup, 3,
           "least two windows: a recurring key's first window takes RecvTensor (the key is not "
           "known yet) and its second pays for the fast path's first use (the transport's "
           "endpoint wireup, milliseconds). Unless 0, warm-up goes on until the consumer's "
-          "pool has registered nothing new for 3 windows (at most 30): a fresh destination's "
-          "first touch costs up to 200 ms per 64 MiB on a virtual machine");
+          "pool has registered nothing new for 3 windows and as many as the values read "
+          "ahead fill (at most 30 windows): a fresh destination's first touch costs up to 200 "
+          "ms per 64 MiB on a virtual machine, and a destination read ahead is first touched "
+          "windows after it was registered");
 ABSL_FLAG(int, in_flight, 1, "Recvs in flight at once");
 ABSL_FLAG(std::string, memory, "host",
           "where tensors live on both sides: host, or cuda (GPU 0 of each process; between "
