@@ -325,7 +325,7 @@ void FastRecvCall::TransferDone(absl::Status status) {
   {
     std::lock_guard lock(mu_);
     after = std::exchange(after_notice_, AfterNotice::kEnd);
-    reshaped = std::move(reshaped_);
+    if (after == AfterNotice::kAskAgain) reshaped = std::move(reshaped_);
     ended_by = ended_by_;
     transfer_.reset();
     // The producer's access to the destination ends before the Recv does.
