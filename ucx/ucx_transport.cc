@@ -74,11 +74,13 @@ void ProgressLoop(Context* context) {
       sched_yield();
       continue;
     }
-    // From here posts signal the worker (Context::Wake); one posted before
-    // this store is found by the progress below. Its completions, like the
-    // loop's, run before any sleep.
+    // From here posts and tasks signal the worker (Context::Wake,
+    // RunOnProgressThread); one posted or queued before this store is found
+    // below. Its completions, like the loop's, run before any sleep.
     context->sleeping.store(true, std::memory_order_seq_cst);
-    if (ucp_worker_progress(context->worker) != 0 || !context->completions.empty()) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (ucp_worker_progress(context->worker) != 0 || !context->completions.empty() ||
+        context->tasks.Pending()) {
       context->sleeping.store(false, std::memory_order_relaxed);
       continue;
     }
