@@ -351,7 +351,6 @@ void FastRecvCall::TransferDone(absl::Status status) {
 }
 
 void FastRecvCall::AskAgain(Metadata metadata) {
-  waiting_->asked_again.fetch_add(1);
   known_.dtype = metadata.dtype;
   known_.shape = std::move(metadata.shape);
   // The key's next Recvs ask with the shape its values have now.
@@ -360,6 +359,8 @@ void FastRecvCall::AskAgain(Metadata metadata) {
     std::lock_guard lock(mu_);
     held_ = true;
   }
+  // Counted once held: from then on a cancellation withdraws nothing.
+  waiting_->asked_again.fetch_add(1);
   Start();
 }
 

@@ -28,6 +28,10 @@ class RemoteFastPathTest : public RemoteConformanceTest {
   // FastPathWithdrawnRecvLosesNoValue; `fast_recvs`: the fast Recvs its
   // ten cancelled Recvs start, when each asks for itself.
   void ExpectWithdrawnRecvsLoseNoValue(std::optional<int64_t> fast_recvs);
+  // FastPathRecvCancelledAfterAskingAgainLosesNoValue; `ends_with_value`:
+  // each cancelled Recv must end with its value (it asks the producer
+  // itself, and a held request is never withdrawn).
+  void ExpectRecvsCancelledAfterAskingAgainLoseNoValue(bool ends_with_value);
   // Sends `messages` to the transport `address` from a transport of the
   // workers' kind that no handshake admitted, then waits (bounded) until
   // `all_refused` holds. The sender stays up until then: a message whose

@@ -186,6 +186,18 @@ TEST_P(RemoteFastPathTest, FastPathHeldRequestForNothingHeldIsRefused) {
 // key's second value of that size comes by the fast path whole (its first
 // teaches the shape by RecvTensor). One value at a time, so that a test
 // process never holds more than one on each side.
+// A Recv cancelled after it asked again for a reshaped value (its held
+// request: the producer took the value already) loses nothing. Asking for
+// itself, it is not withdrawn and ends with that value; reading ahead, it
+// ends with the value or CANCELLED, and the next Recv takes the value.
+TEST_P(RemoteFastPathWithoutReadAheadTest, FastPathRecvCancelledAfterAskingAgainLosesNoValue) {
+  ExpectRecvsCancelledAfterAskingAgainLoseNoValue(/*ends_with_value=*/true);
+}
+
+TEST_P(RemoteFastPathTest, FastPathRecvCancelledAfterAskingAgainLosesNoValue) {
+  ExpectRecvsCancelledAfterAskingAgainLoseNoValue(/*ends_with_value=*/false);
+}
+
 TEST_P(RemoteFastPathTest, FastPathAbove2GiBArrives) {
   const int64_t bytes = (int64_t{5} << 29) + 3;  // 2.5 GiB and a bit
   if (Capped(bytes) < bytes) GTEST_SKIP() << "RDV_TEST_MAX_BYTES is below 2.5 GiB";
@@ -215,4 +227,54 @@ TEST_P(RemoteFastPathTest, FastPathDeadValueArrivesDead) {
 }
 
 }  // namespace
+
+void RemoteFastPathTest::ExpectRecvsCancelledAfterAskingAgainLoseNoValue(bool ends_with_value) {
+  constexpr int64_t kStep = 83;
+  const ParsedKey key = Key("recast");
+  ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, 1)}).ok());
+  ExpectPattern(kStep, key, 1, 32);
+  const FastPath& fast = *consumer_->fast_path();
+  const double producer_refused =
+      CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total");
+  int64_t ended_with_value = 0;
+  for (uint32_t seed = 2; seed < 12; ++seed) {
+    const int64_t elements = 8 + seed;  // another shape than the last value's
+    const size_t bytes = static_cast<size_t>(elements) * sizeof(float);
+    // Before the value goes: a value read ahead may be asked again at once.
+    const int64_t asked_before = fast.recvs_asked_again();
+    ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {elements}, seed)}).ok());
+    CancellationManager cancel;
+    RendezvousArgs args;
+    args.cancellation_manager = &cancel;
+    RecvResult result;
+    consumer_->rendezvous_mgr().Find(kStep)->RecvAsync(key, args, result.Capture());
+    // Looked at without a pause, so that the cancellation comes while the
+    // held request is on its way: bounded, and it may end first.
+    const absl::Time give_up = absl::Now() + rdv::testing::kWaitLimit;
+    while (fast.recvs_asked_again() == asked_before && !result.done.HasBeenNotified() &&
+           absl::Now() < give_up) {
+    }
+    ASSERT_GT(fast.recvs_asked_again(), asked_before) << "value " << seed << " was not asked again";
+    cancel.StartCancel();
+    ASSERT_TRUE(result.Wait()) << seed;
+    if (result.status.ok()) {
+      ++ended_with_value;
+      EXPECT_EQ(result.value.TotalBytes(), bytes) << seed;
+      EXPECT_TRUE(VerifyPattern(result.value, seed).ok()) << seed;
+      continue;
+    }
+    ASSERT_FALSE(ends_with_value) << "value " << seed << ": " << result.status;
+    EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled) << result.status;
+    ExpectPattern(kStep, key, seed, bytes);
+  }
+  if (ends_with_value) {
+    EXPECT_EQ(ended_with_value, 10);
+  }
+  EXPECT_EQ(CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total"),
+            producer_refused);
+  EXPECT_EQ(fast.refused(), 0);
+  EXPECT_TRUE(rdv::testing::PollUntil([&] { return HeldInAll(Holdings()) == 0; }))
+      << HeldInAll(Holdings()) << " values still held";
+}
+
 }  // namespace rdv::control::remote_test
