@@ -173,21 +173,25 @@ const rdv_transport_setting_info_t* ListSettings(const rdv_transport_setting_inf
 // cancel, an abort, a disconnect) is queued here, and the progress thread
 // takes it on its next round; the one who pushes wakes that round in the
 // plugin's own way (UCX signals its worker, verbs writes an eventfd).
+//
+// The flag is stored and loaded seq_cst, so that a progress thread may
+// pair it with a flag of its own: it says it sleeps, then looks here; the
+// pusher pushes, then looks whether it sleeps (one of them sees the other).
 template <typename Item>
 class ProgressQueue {
  public:
   void Push(Item item) {
     std::lock_guard lock(mu_);
     items_.push_back(std::move(item));
-    has_items_.store(true, std::memory_order_release);
+    has_items_.store(true, std::memory_order_seq_cst);
   }
   void PushAll(const std::vector<Item>& items) {
     std::lock_guard lock(mu_);
     items_.insert(items_.end(), items.begin(), items.end());
-    has_items_.store(true, std::memory_order_release);
+    has_items_.store(true, std::memory_order_seq_cst);
   }
   // Whether anything is queued (one atomic load).
-  bool Pending() const { return has_items_.load(std::memory_order_acquire); }
+  bool Pending() const { return has_items_.load(std::memory_order_seq_cst); }
   // On the progress thread: everything queued, oldest first.
   std::vector<Item> Take() {
     std::vector<Item> taken;

@@ -163,11 +163,11 @@ struct Context {
   // completes inside the post queues its callback here, once per fast-path
   // Recv, and a signal each time cost a system call and woke the thread.
   void RunOnProgressThread(std::function<void()> task) {
+    // The push and this load are seq_cst, paired with ProgressLoop's store
+    // and its look at the queue: either this sees it asleep, or its last
+    // look before sleeping finds this task.
     tasks.Push(std::move(task));
-    // Paired with ProgressLoop's fence: either this sees it asleep, or its
-    // last look before sleeping finds this task.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleeping.load(std::memory_order_relaxed)) ucp_worker_signal(worker);
+    if (sleeping.load(std::memory_order_seq_cst)) ucp_worker_signal(worker);
   }
   // Runs `callback` on the progress thread outside UCX's calls.
   void Deliver(std::function<void()> callback) {

@@ -78,7 +78,6 @@ void ProgressLoop(Context* context) {
     // RunOnProgressThread); one posted or queued before this store is found
     // below. Its completions, like the loop's, run before any sleep.
     context->sleeping.store(true, std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (ucp_worker_progress(context->worker) != 0 || !context->completions.empty() ||
         context->tasks.Pending()) {
       context->sleeping.store(false, std::memory_order_relaxed);
