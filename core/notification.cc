@@ -1,12 +1,17 @@
 #include "core/notification.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <ctime>
+
+#include "core/environment.h"
+#include "core/logging.h"
 
 namespace rdv {
 namespace {
@@ -33,6 +38,20 @@ absl::Duration MonotonicNow() {
   return absl::DurationFromTimespec(now);
 }
 
+// How long a waiter looks before it sleeps: RDV_WAIT_SPIN_US, read once.
+absl::Duration WaitSpin() {
+  static const absl::Duration spin = [] {
+    constexpr int64_t kDefaultSpinUs = 50;
+    int64_t spin_us = kDefaultSpinUs;
+    if (absl::Status read = env::ReadInt("RDV_WAIT_SPIN_US", 0, 10000, &spin_us); !read.ok()) {
+      RDV_LOG(Warning) << read.message() << "; using " << kDefaultSpinUs;
+      spin_us = kDefaultSpinUs;
+    }
+    return absl::Microseconds(spin_us);
+  }();
+  return spin;
+}
+
 }  // namespace
 
 void Notification::Notify() {
@@ -41,7 +60,20 @@ void Notification::Notify() {
   }
 }
 
+bool Notification::SpinUntil(const struct timespec* deadline) const {
+  const absl::Duration spin = WaitSpin();
+  if (spin <= absl::ZeroDuration()) return HasBeenNotified();
+  absl::Duration give_up = MonotonicNow() + spin;
+  if (deadline != nullptr) give_up = std::min(give_up, absl::DurationFromTimespec(*deadline));
+  while (!HasBeenNotified()) {
+    if (MonotonicNow() >= give_up) return false;
+    sched_yield();
+  }
+  return true;
+}
+
 bool Notification::WaitUntil(const struct timespec* deadline) const {
+  if (SpinUntil(deadline)) return true;
   uint32_t state = state_.load(std::memory_order_acquire);
   while (state != kNotified) {
     if (state == kUnset &&

@@ -9,6 +9,13 @@
 // a Recv its caller waits for), that was two more context switches and
 // three more futex calls per blocking Recv.
 //
+// A waiter first looks at the word for up to RDV_WAIT_SPIN_US (default 50
+// µs), yielding the CPU between looks, and only then sleeps on the futex.
+// A Recv's value often comes within that: the notifier then makes no
+// system call, and no sleeping thread is woken, which costs a system call
+// on each side and, on a virtual machine, tens of µs to wake an idle CPU
+// (docs/fast_path.md, "The Recv's wait").
+//
 // The Notification may be destroyed as soon as a wait on it has returned
 // true, even while Notify is still returning: after its store, Notify
 // touches only the kernel's futex table, never the object.
@@ -39,6 +46,9 @@ class Notification {
   // Waits until notified or until `deadline` on CLOCK_MONOTONIC (nullptr:
   // forever). True when notified.
   bool WaitUntil(const struct timespec* deadline) const;
+  // Looks at the word, yielding between looks, until notified (true), or
+  // the spin time or `deadline` passed (false).
+  bool SpinUntil(const struct timespec* deadline) const;
 
   mutable std::atomic<uint32_t> state_{kUnset};
 };
