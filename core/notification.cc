@@ -41,7 +41,10 @@ absl::Duration MonotonicNow() {
 // How long a waiter looks before it sleeps: RDV_WAIT_SPIN_US, read once.
 absl::Duration WaitSpin() {
   static const absl::Duration spin = [] {
-    constexpr int64_t kDefaultSpinUs = 50;
+    // Off unless asked for: a waiter that yields to a progress thread that
+    // polls without yielding (RDV_UCX_PROGRESS=poll) on its CPU waits out
+    // that thread's time slice (docs/fast_path.md, "The Recv's wait").
+    constexpr int64_t kDefaultSpinUs = 0;
     int64_t spin_us = kDefaultSpinUs;
     if (absl::Status read = env::ReadInt("RDV_WAIT_SPIN_US", 0, 10000, &spin_us); !read.ok()) {
       RDV_LOG(Warning) << read.message() << "; using " << kDefaultSpinUs;

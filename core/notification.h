@@ -9,12 +9,12 @@
 // a Recv its caller waits for), that was two more context switches and
 // three more futex calls per blocking Recv.
 //
-// A waiter first looks at the word for up to RDV_WAIT_SPIN_US (default 50
-// µs), yielding the CPU between looks, and only then sleeps on the futex.
-// A Recv's value often comes within that: the notifier then makes no
-// system call, and no sleeping thread is woken, which costs a system call
-// on each side and, on a virtual machine, tens of µs to wake an idle CPU
-// (docs/fast_path.md, "The Recv's wait").
+// With RDV_WAIT_SPIN_US set (default 0: off), a waiter first looks at the
+// word for up to that many µs, yielding the CPU between looks, and only
+// then sleeps on the futex. A Recv's value often comes within that: the
+// notifier then makes no system call, and no sleeping thread is woken,
+// which costs a system call on each side (docs/fast_path.md, "The Recv's
+// wait", for when it pays and when it hurts).
 //
 // The Notification may be destroyed as soon as a wait on it has returned
 // true, even while Notify is still returning: after its store, Notify
