@@ -48,7 +48,6 @@ absl::Duration WaitSpin() {
     int64_t spin_us = kDefaultSpinUs;
     if (absl::Status read = env::ReadInt("RDV_WAIT_SPIN_US", 0, 10000, &spin_us); !read.ok()) {
       RDV_LOG(Warning) << read.message() << "; using " << kDefaultSpinUs;
-      spin_us = kDefaultSpinUs;
     }
     return absl::Microseconds(spin_us);
   }();

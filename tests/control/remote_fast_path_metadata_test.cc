@@ -182,10 +182,6 @@ TEST_P(RemoteFastPathTest, FastPathHeldRequestForNothingHeldIsRefused) {
   ExpectPattern(82, key, 2, 16);
 }
 
-// Above 2 GiB, past protobuf's message limit and any 32-bit length: a
-// key's second value of that size comes by the fast path whole (its first
-// teaches the shape by RecvTensor). One value at a time, so that a test
-// process never holds more than one on each side.
 // A Recv cancelled after it asked again for a reshaped value (its held
 // request: the producer took the value already) loses nothing. Asking for
 // itself, it is not withdrawn and ends with that value; reading ahead, it
@@ -198,6 +194,10 @@ TEST_P(RemoteFastPathTest, FastPathRecvCancelledAfterAskingAgainLosesNoValue) {
   ExpectRecvsCancelledAfterAskingAgainLoseNoValue(/*ends_with_value=*/false);
 }
 
+// Above 2 GiB, past protobuf's message limit and any 32-bit length: a
+// key's second value of that size comes by the fast path whole (its first
+// teaches the shape by RecvTensor). One value at a time, so that a test
+// process never holds more than one on each side.
 TEST_P(RemoteFastPathTest, FastPathAbove2GiBArrives) {
   const int64_t bytes = (int64_t{5} << 29) + 3;  // 2.5 GiB and a bit
   if (Capped(bytes) < bytes) GTEST_SKIP() << "RDV_TEST_MAX_BYTES is below 2.5 GiB";
@@ -236,7 +236,6 @@ void RemoteFastPathTest::ExpectRecvsCancelledAfterAskingAgainLoseNoValue(bool en
   const FastPath& fast = *consumer_->fast_path();
   const double producer_refused =
       CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total");
-  int64_t ended_with_value = 0;
   for (uint32_t seed = 2; seed < 12; ++seed) {
     const int64_t elements = 8 + seed;  // another shape than the last value's
     const size_t bytes = static_cast<size_t>(elements) * sizeof(float);
@@ -258,7 +257,6 @@ void RemoteFastPathTest::ExpectRecvsCancelledAfterAskingAgainLoseNoValue(bool en
     cancel.StartCancel();
     ASSERT_TRUE(result.Wait()) << seed;
     if (result.status.ok()) {
-      ++ended_with_value;
       EXPECT_EQ(result.value.TotalBytes(), bytes) << seed;
       EXPECT_TRUE(VerifyPattern(result.value, seed).ok()) << seed;
       continue;
@@ -266,9 +264,6 @@ void RemoteFastPathTest::ExpectRecvsCancelledAfterAskingAgainLoseNoValue(bool en
     ASSERT_FALSE(ends_with_value) << "value " << seed << ": " << result.status;
     EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled) << result.status;
     ExpectPattern(kStep, key, seed, bytes);
-  }
-  if (ends_with_value) {
-    EXPECT_EQ(ended_with_value, 10);
   }
   EXPECT_EQ(CounterOf(StatsOf(producer_->address()), "rdv_fast_path_messages_refused_total"),
             producer_refused);
