@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -25,7 +26,10 @@ struct KnownFastKey {
   uint64_t id = 0;  // the producer's capability for this key and consumer
   DType dtype = DType::kInvalid;
   TensorShape shape;  // of the value last received
-  std::string producer_transport_address;
+  // Never null. Shared by every Recv of the key: a Recv copies this struct,
+  // and on glibc a string copied on the Recv's thread and freed on the
+  // progress thread costs an arena lock (docs/fast_path.md, "The allocator").
+  std::shared_ptr<const std::string> producer_transport_address;
   // The producer writes values into the destination a request names
   // (TensorMeta.fast_path_put), instead of sending them tagged.
   bool put = false;

@@ -55,15 +55,17 @@ void FastPath::Stop() {
 
 std::shared_ptr<FastRecvCall> FastPath::NewRecv(std::shared_ptr<WorkerClient> worker,
                                                 int64_t step_id, std::string key,
-                                                KnownFastKey known, RecvTensorRequest fallback,
+                                                KnownFastKey known,
+                                                std::shared_ptr<const RecvTensorRequest> fallback,
+                                                int64_t request_id,
                                                 std::shared_ptr<Buffer> landing, Detach detach,
                                                 Done done, bool ahead) {
   recvs_started_.fetch_add(1);
   if (ahead) read_ahead_.fetch_add(1);
   return std::make_shared<FastRecvCall>(env_.data_plane, waiting_, std::move(worker), step_id,
                                         std::move(key), std::move(known), std::move(fallback),
-                                        std::move(landing), std::move(detach), std::move(done),
-                                        ahead);
+                                        request_id, std::move(landing), std::move(detach),
+                                        std::move(done), ahead);
 }
 
 void FastPath::StartAll(const std::vector<std::shared_ptr<FastRecvCall>>& calls) {

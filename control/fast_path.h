@@ -113,8 +113,9 @@ class FastPath {
   FastPath& operator=(const FastPath&) = delete;
 
   // A Recv of `key` in `step_id` from `worker`, which gave this worker
-  // `known`. `fallback` is the RecvTensor request the Recv makes if the
-  // producer says the value changed. `landing` (RendezvousArgs::landing,
+  // `known`, with id `request_id`. If the producer says the value changed,
+  // the Recv makes a RecvTensor request of the fields in `fallback`
+  // (shared by the step's Recvs), its key and its id. `landing` (RendezvousArgs::landing,
   // may be null) is the destination when it has the value's size. Start()
   // the call once it is hooked (Abort may come from then on); it owns
   // itself until `done`. A call that reads `ahead` (control/read_ahead.h)
@@ -122,8 +123,9 @@ class FastPath {
   // key's next value.
   std::shared_ptr<FastRecvCall> NewRecv(std::shared_ptr<WorkerClient> worker, int64_t step_id,
                                         std::string key, KnownFastKey known,
-                                        RecvTensorRequest fallback,
-                                        std::shared_ptr<Buffer> landing, Detach detach,
+                                        std::shared_ptr<const RecvTensorRequest> fallback,
+                                        int64_t request_id, std::shared_ptr<Buffer> landing,
+                                        Detach detach,
                                         Done done, bool ahead = false);
   // Starts `calls` (one or more, of one key, each hooked as Start() asks)
   // and sends their requests to the producer in as few messages as its
@@ -251,7 +253,8 @@ class FastRecvCall final : public AbortableCall,
  public:
   FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> waiting,
                std::shared_ptr<WorkerClient> worker, int64_t step_id, std::string key,
-               KnownFastKey known, RecvTensorRequest fallback, std::shared_ptr<Buffer> landing,
+               KnownFastKey known, std::shared_ptr<const RecvTensorRequest> fallback,
+               int64_t request_id, std::shared_ptr<Buffer> landing,
                FastPath::Detach detach, FastPath::Done done, bool ahead);
 
   // Posts the receive and sends the request.
@@ -263,7 +266,7 @@ class FastRecvCall final : public AbortableCall,
   // The end of a message to the producer that did not go: the Recv fails
   // UNAVAILABLE, naming `what` (nothing when `sent` is OK).
   void NotSent(const absl::Status& sent, absl::string_view what);
-  const std::string& producer_address() const { return known_.producer_transport_address; }
+  const std::string& producer_address() const { return *known_.producer_transport_address; }
   // Ends the Recv with `status` without asking the producer (Abort, but
   // never by a withdrawal).
   void End(const absl::Status& status);
@@ -330,7 +333,7 @@ class FastRecvCall final : public AbortableCall,
   // Its dtype and shape change on a reshaped notice, on the thread that
   // asks again; the rest never does.
   KnownFastKey known_;
-  RecvTensorRequest fallback_;
+  const std::shared_ptr<const RecvTensorRequest> fallback_;
   const std::shared_ptr<Buffer> landing_;
   FastPath::Detach detach_;
   FastPath::Done done_;

@@ -14,7 +14,8 @@ namespace rdv::control {
 
 FastRecvCall::FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> waiting,
                            std::shared_ptr<WorkerClient> worker, int64_t step_id,
-                           std::string key, KnownFastKey known, RecvTensorRequest fallback,
+                           std::string key, KnownFastKey known,
+                           std::shared_ptr<const RecvTensorRequest> fallback, int64_t request_id,
                            std::shared_ptr<Buffer> landing, FastPath::Detach detach,
                            FastPath::Done done, bool ahead)
     : data_plane_(data_plane),
@@ -27,7 +28,7 @@ FastRecvCall::FastRecvCall(DataPlane* data_plane, std::shared_ptr<FastWaiting> w
       landing_(std::move(landing)),
       detach_(std::move(detach)),
       done_(std::move(done)),
-      request_id_(static_cast<uint64_t>(fallback_.request_id())),
+      request_id_(static_cast<uint64_t>(request_id)),
       ahead_(ahead),
       worker_name_(worker_->worker_name) {}
 
@@ -86,7 +87,7 @@ std::optional<std::string> FastRecvCall::Prepare() {
   descriptor.set_op(known_.put || known_.get ? TRANSFER_OP_PUT : TRANSFER_OP_TAG);
   descriptor.set_transfer_id(request_id_);
   descriptor.set_length(destination_.TotalBytes());
-  descriptor.set_producer_transport_address(known_.producer_transport_address);
+  descriptor.set_producer_transport_address(*known_.producer_transport_address);
   std::shared_ptr<FastRecvCall> self = shared_from_this();
   bool stopped = false;
   {
@@ -144,7 +145,7 @@ FastRequest FastRecvCall::RequestFor(std::string put_key, bool held) const {
 }
 
 void FastRecvCall::SendToProducer(std::string message, absl::string_view what) {
-  data_plane_->SendMessage(known_.producer_transport_address, std::move(message),
+  data_plane_->SendMessage(*known_.producer_transport_address, std::move(message),
                            [self = shared_from_this(), what = std::string(what)](
                                absl::Status sent) { self->NotSent(sent, what); });
 }
@@ -289,15 +290,15 @@ absl::Status FastRecvCall::Read(const FastNotice& notice) {
   descriptor.set_length(destination->TotalBytes());
   descriptor.set_address(notice.address);
   descriptor.set_remote_key(notice.remote_key);
-  descriptor.set_producer_transport_address(known_.producer_transport_address);
+  descriptor.set_producer_transport_address(*known_.producer_transport_address);
   const FastRelease release{known_.id, step_id_, notice.transfer_id, destination->TotalBytes()};
-  const std::string producer = known_.producer_transport_address;
+  std::shared_ptr<const std::string> producer = known_.producer_transport_address;
   std::weak_ptr<FastRecvCall> weak = weak_from_this();
   // `destination` lives in the Fetch until the read ends, whatever ended
   // the Recv meanwhile.
   plane->Fetch(descriptor, *std::move(destination),
                [plane, request_id, release, producer, weak](absl::Status read) {
-                 plane->SendMessage(producer, EncodeFastRelease(release), [](absl::Status sent) {
+                 plane->SendMessage(*producer, EncodeFastRelease(release), [](absl::Status sent) {
                    // The producer frees it at the step's cleanup instead.
                    if (!sent.ok()) RDV_LOG(Debug) << "fast path: a release was not sent: " << sent;
                  });
@@ -369,10 +370,13 @@ void FastRecvCall::FetchBySlowPath(bool held) {
   waiting_->fetched_by_recv_tensor.fetch_add(1);
   // A RecvTensor call of its own, bounded as any. This call stays hooked to
   // the rendezvous and passes an abort or a cancellation on to it.
-  fallback_.set_fetch_held(held);
+  RecvTensorRequest request = *fallback_;
+  request.set_rendezvous_key(key_);
+  request.set_request_id(static_cast<int64_t>(request_id_));
+  request.set_fetch_held(held);
   std::shared_ptr<FastRecvCall> self = shared_from_this();
   auto* call = new RecvTensorCall(
-      std::move(worker_), data_plane_, std::move(fallback_), MemoryLocation::Host(),
+      std::move(worker_), data_plane_, std::move(request), MemoryLocation::Host(),
       [self](AbortableCall*) {
         std::lock_guard lock(self->mu_);
         self->slow_call_ = nullptr;

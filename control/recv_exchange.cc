@@ -258,7 +258,9 @@ void RecvExchange::LearnFastKey(WorkerClient& worker, const Tensor& tensor) cons
   if (tensor.shape().rank() > kFastPathMaxDims) return worker.fast_keys.Forget(key_);
   if (meta.fast_path_key() == 0 || meta.is_dead() || !destination_.is_host()) return;
   worker.fast_keys.Learn(key_, KnownFastKey{meta.fast_path_key(), tensor.dtype(), tensor.shape(),
-                                            meta.fast_path_address(), meta.fast_path_put(),
+                                            std::make_shared<const std::string>(
+                                                meta.fast_path_address()),
+                                            meta.fast_path_put(),
                                             meta.fast_path_get()});
 }
 

@@ -162,14 +162,10 @@ std::shared_ptr<FastRecvCall> RpcRemoteRendezvous::NewFast(
     KnownFastKey known, const std::shared_ptr<ReadAhead::Slot>& ahead, Finish finish) {
   CancellationManager* const cancel = args.cancellation_manager;
   const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
-  // Sent only if the value changed; queued releases wait for a request
-  // that surely goes.
-  RecvTensorRequest fallback =
-      MakeRequest(key, MemoryLocation::Host(), worker, /*take_releases=*/false);
   std::shared_ptr<FastRecvCall> call = env_->fast_path->NewRecv(
       std::move(worker), step_id_, std::string(key.FullKey()), std::move(known),
-      std::move(fallback), ahead == nullptr ? args.landing : nullptr, DetachFrom(cancel, token),
-      std::move(finish), /*ahead=*/ahead != nullptr);
+      FallbackFields(), NextRequestId(), ahead == nullptr ? args.landing : nullptr,
+      DetachFrom(cancel, token), std::move(finish), /*ahead=*/ahead != nullptr);
   Hook(call.get(), key.FullKey(), cancel, token);
   return call;
 }
@@ -217,24 +213,37 @@ std::optional<KnownFastKey> RpcRemoteRendezvous::KnownFast(const ParsedKey& key,
   return worker.fast_keys.Find(key.FullKey());
 }
 
-RecvTensorRequest RpcRemoteRendezvous::MakeRequest(const ParsedKey& key,
-                                                   MemoryLocation destination,
-                                                   const std::shared_ptr<WorkerClient>& worker,
-                                                   bool take_releases) const {
-  RecvTensorRequest request;
-  request.set_step_id(step_id_);
+RecvTensorRequest RpcRemoteRendezvous::MakeRequest(
+    const ParsedKey& key, MemoryLocation destination,
+    const std::shared_ptr<WorkerClient>& worker) const {
+  RecvTensorRequest request = StepRequestFields();
   request.set_rendezvous_key(std::string(key.FullKey()));
   request.set_request_id(NextRequestId());
+  if (env_->data_plane != nullptr) {
+    LearnTransferOp(worker, env_->handshake, env_->data_plane->transport().name());
+  }
+  worker->releases->TakeQueued(request.mutable_released());
+  RequestCudaIpc(destination, &request);
+  return request;
+}
+
+RecvTensorRequest RpcRemoteRendezvous::StepRequestFields() const {
+  RecvTensorRequest request;
+  request.set_step_id(step_id_);
   request.set_protocol(env_->protocol);
   request.set_protocol_version(kProtocolVersion);
   request.set_fast_path(env_->fast_path != nullptr);
   if (env_->data_plane != nullptr) {
     request.set_consumer_transport_address(env_->data_plane->local_address());
-    LearnTransferOp(worker, env_->handshake, env_->data_plane->transport().name());
   }
-  if (take_releases) worker->releases->TakeQueued(request.mutable_released());
-  RequestCudaIpc(destination, &request);
   return request;
+}
+
+std::shared_ptr<const RecvTensorRequest> RpcRemoteRendezvous::FallbackFields() {
+  absl::call_once(fallback_fields_once_, [this] {
+    fallback_fields_ = std::make_shared<const RecvTensorRequest>(StepRequestFields());
+  });
+  return fallback_fields_;
 }
 
 absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArgs& args,

@@ -26,6 +26,7 @@
 #include <optional>
 #include <mutex>
 
+#include "absl/base/call_once.h"
 #include "absl/container/flat_hash_set.h"
 #include "rdv/control/worker.pb.h"
 #include "control/fast_keys.h"
@@ -89,11 +90,17 @@ class RpcRemoteRendezvous final : public Rendezvous,
   // this Recv (control/fast_path.h).
   std::optional<KnownFastKey> KnownFast(const ParsedKey& key, MemoryLocation destination,
                                         const WorkerClient& worker) const;
-  // Carries the releases queued for `worker` (with `take_releases`); starts
-  // learning how it moves payloads, once.
+  // Carries the releases queued for `worker`; starts learning how it moves
+  // payloads, once.
   RecvTensorRequest MakeRequest(const ParsedKey& key, MemoryLocation destination,
-                                const std::shared_ptr<WorkerClient>& worker,
-                                bool take_releases = true) const;
+                                const std::shared_ptr<WorkerClient>& worker) const;
+  // The fields every RecvTensor request of this step carries.
+  RecvTensorRequest StepRequestFields() const;
+  // StepRequestFields, made once: the fast-path Recvs of the step share it
+  // as the request they make if the value changed, so that a Recv copies
+  // no key or address strings for a fallback it rarely takes. It carries
+  // no queued releases: those wait for a request that surely goes.
+  std::shared_ptr<const RecvTensorRequest> FallbackFields();
   // Hooks `call` to this step's abort and to its Recv's cancellation
   // manager (`token` registered there); Unhook undoes both, after which
   // neither calls Abort.
@@ -108,6 +115,8 @@ class RpcRemoteRendezvous final : public Rendezvous,
 
   const WorkerEnv* const env_;
   const int64_t step_id_;
+  absl::once_flag fallback_fields_once_;
+  std::shared_ptr<const RecvTensorRequest> fallback_fields_;  // set once
   IntraProcessRendezvous local_;
   // Recursive: aborting a call may complete it inline, and its completion
   // untracks it under this lock.

@@ -173,7 +173,7 @@ TEST_P(RemoteFastPathTest, FastPathHeldRequestForNothingHeldIsRefused) {
   };
   const double producer_before = producer_refused();
   const int64_t consumer_before = consumer_->fast_path()->refused();
-  EXPECT_TRUE(SendForged(known->producer_transport_address, {EncodeFastRequest(request)}, [&] {
+  EXPECT_TRUE(SendForged(*known->producer_transport_address, {EncodeFastRequest(request)}, [&] {
     return producer_refused() == producer_before + 1 &&
            consumer_->fast_path()->refused() == consumer_before + 1;
   })) << "producer refused " << producer_refused() - producer_before << ", consumer "
