@@ -115,18 +115,17 @@ class FastPath {
   // A Recv of `key` in `step_id` from `worker`, which gave this worker
   // `known`, with id `request_id`. If the producer says the value changed,
   // the Recv makes a RecvTensor request of the fields in `fallback`
-  // (shared by the step's Recvs), its key and its id. `landing` (RendezvousArgs::landing,
-  // may be null) is the destination when it has the value's size. Start()
-  // the call once it is hooked (Abort may come from then on); it owns
-  // itself until `done`. A call that reads `ahead` (control/read_ahead.h)
-  // ends NotServedAhead() where another would take RecvTensor for the
-  // key's next value.
+  // (shared by the step's Recvs), its key and its id. `landing`
+  // (RendezvousArgs::landing, may be null) is the destination when it has
+  // the value's size. Start() the call once it is hooked (Abort may come
+  // from then on); it owns itself until `done`. A call that reads `ahead`
+  // (control/read_ahead.h) ends NotServedAhead() where another would take
+  // RecvTensor for the key's next value.
   std::shared_ptr<FastRecvCall> NewRecv(std::shared_ptr<WorkerClient> worker, int64_t step_id,
                                         std::string key, KnownFastKey known,
                                         std::shared_ptr<const RecvTensorRequest> fallback,
                                         int64_t request_id, std::shared_ptr<Buffer> landing,
-                                        Detach detach,
-                                        Done done, bool ahead = false);
+                                        Detach detach, Done done, bool ahead = false);
   // Starts `calls` (one or more, of one key, each hooked as Start() asks)
   // and sends their requests to the producer in as few messages as its
   // transport carries, in order. A batch that does not go fails its calls.
