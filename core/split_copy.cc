@@ -5,8 +5,51 @@
 
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace rdv {
 namespace {
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+#if defined(__x86_64__)
+// An AMD CPU of family 1Ah or later whose `rep movsb` is fast (ERMS, FSRM).
+bool RepMovsbBeatsMemcpy() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // AuthenticAMD
+  if (!amd || eax < 7) return false;
+  __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+  const unsigned base_family = (eax >> 8) & 0xF;
+  const unsigned family = base_family == 0xF ? base_family + ((eax >> 20) & 0xFF) : base_family;
+  __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx);
+  const bool erms = (ebx >> 9) & 1;
+  const bool fsrm = (edx >> 4) & 1;
+  return family >= 0x1A && erms && fsrm;
+}
+
+void RepMovsb(void* destination, const void* source, size_t length) {
+  asm volatile("rep movsb" : "+D"(destination), "+S"(source), "+c"(length) : : "memory");
+}
+#else
+bool RepMovsbBeatsMemcpy() { return false; }
+
+void RepMovsb(void* destination, const void* source, size_t length) {
+  std::memcpy(destination, source, length);
+}
+#endif
 
 // The CPUs this thread may run on, but the one it runs on now; empty when
 // it may run on one CPU only.
@@ -19,6 +62,21 @@ cpu_set_t OtherAllowedCpus() {
 }
 
 }  // namespace
+
+LargeCopyMethod MachineLargeCopyMethod() {
+  static const LargeCopyMethod method = !kSanitized && RepMovsbBeatsMemcpy()
+                                            ? LargeCopyMethod::kRepMovsb
+                                            : LargeCopyMethod::kMemcpy;
+  return method;
+}
+
+void CopyLarge(LargeCopyMethod method, void* destination, const void* source, size_t length) {
+  if (method == LargeCopyMethod::kRepMovsb) {
+    RepMovsb(destination, source, length);
+  } else {
+    std::memcpy(destination, source, length);
+  }
+}
 
 SplitCopier::~SplitCopier() {
   {
@@ -34,8 +92,9 @@ void SplitCopier::Copy(void* destination, const void* source, size_t length) {
   auto* to = static_cast<char*>(destination);
   const auto* from = static_cast<const char*>(source);
   // Cache-line aligned halves: neither thread writes the other's lines.
-  CopyByParts(length, 64, [to, from](size_t offset, size_t part) {
-    std::memcpy(to + offset, from + offset, part);
+  const LargeCopyMethod method = MachineLargeCopyMethod();
+  CopyByParts(length, 64, [method, to, from](size_t offset, size_t part) {
+    CopyLarge(method, to + offset, from + offset, part);
     return true;
   });
 }

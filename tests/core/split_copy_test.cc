@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <utility>
 #include <thread>
@@ -27,18 +28,51 @@ std::vector<uint8_t> Pattern(size_t length, uint32_t seed) {
   return bytes;
 }
 
-// Copies `length` bytes into the middle of a guarded buffer: every byte
-// arrives, and none around the destination changes.
-void ExpectExactCopy(SplitCopier& copier, size_t length, uint32_t seed) {
-  const std::vector<uint8_t> source = Pattern(length, seed);
+using CopyFunction = std::function<void(void* destination, const void* source, size_t length)>;
+
+// Copies `length` bytes by `copy` into the middle of a guarded buffer,
+// `shift` bytes past a page: every byte arrives, and none around the
+// destination changes.
+void ExpectExactCopy(const CopyFunction& copy, size_t length, uint32_t seed, size_t shift = 0) {
+  const std::vector<uint8_t> source = Pattern(length + shift, seed);
   std::vector<uint8_t> destination(length + 2 * kGuard, kGuardByte);
-  copier.Copy(destination.data() + kGuard, source.data(), length);
-  ASSERT_TRUE(std::equal(source.begin(), source.end(), destination.begin() + kGuard))
+  copy(destination.data() + kGuard, source.data() + shift, length);
+  ASSERT_TRUE(std::equal(source.begin() + shift, source.end(), destination.begin() + kGuard))
       << length << " bytes";
   for (size_t i = 0; i < kGuard; ++i) {
     ASSERT_EQ(destination[i], kGuardByte) << "before, at " << i;
     ASSERT_EQ(destination[kGuard + length + i], kGuardByte) << "after, at " << i;
   }
+}
+
+void ExpectExactCopy(SplitCopier& copier, size_t length, uint32_t seed) {
+  ExpectExactCopy([&copier](void* to, const void* from, size_t n) { copier.Copy(to, from, n); },
+                  length, seed);
+}
+
+TEST(LargeCopyTest, EachMethodCopiesEveryByteAtAnyAlignment) {
+  for (const LargeCopyMethod method : {LargeCopyMethod::kMemcpy, LargeCopyMethod::kRepMovsb}) {
+    const CopyFunction copy = [method](void* to, const void* from, size_t n) {
+      CopyLarge(method, to, from, n);
+    };
+    for (const size_t length : {size_t{0}, size_t{1}, size_t{63}, size_t{4097},
+                                size_t{256} << 10, (size_t{1} << 20) + 3}) {
+      for (const size_t shift : {0, 1, 7, 64}) {
+        SCOPED_TRACE(testing::Message() << "method " << static_cast<int>(method) << ", shift "
+                                        << shift);
+        ExpectExactCopy(copy, length, static_cast<uint32_t>(length + shift), shift);
+      }
+    }
+  }
+}
+
+// Sanitizers see no copy an instruction makes, so they keep memcpy.
+TEST(LargeCopyTest, TheMachinesMethodIsStableAndSanitizedBuildsUseMemcpy) {
+  const LargeCopyMethod method = MachineLargeCopyMethod();
+  EXPECT_EQ(MachineLargeCopyMethod(), method);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  EXPECT_EQ(method, LargeCopyMethod::kMemcpy);
+#endif
 }
 
 TEST(SplitCopierTest, CopiesEveryByteOfSmallAndSplitLengths) {
