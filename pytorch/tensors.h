@@ -47,11 +47,11 @@ absl::StatusOr<TensorShape> ShapeOf(const at::Tensor& tensor);
 absl::StatusOr<Tensor> ValueToSend(const at::Tensor& tensor, control::WorkerServer& server,
                                    SplitCopier& copier, absl::AnyInvocable<void() &&> released);
 
-// Staging costs the sender a copy; from here up it pays: the receiver
-// then copies the value out by two threads, where UCX's rendezvous reads
-// the sender's tensor by one thread's cma. At 4 and 6 MiB it lost or tied
-// here (docs/torch.md).
-inline constexpr size_t kStageFromBytes = size_t{8} << 20;
+// Staging costs the sender a copy; from here up it pays: the two copies
+// (CopyLarge's, from 4 MiB up by two threads each) cost less than UCX's
+// rendezvous reading the sender's tensor by one thread's cma. At 1 MiB the
+// two tied (docs/torch.md).
+inline constexpr size_t kStageFromBytes = size_t{2} << 20;
 
 // `destination`'s storage as the landing buffer of a Recv
 // (RendezvousArgs::landing), when it is contiguous; null otherwise.

@@ -97,7 +97,7 @@ def counter(name):
 
 
 def large(rank):
-    # 8 MiB and more leave from memory the receiver reads itself where the
+    # 2 MiB and more (these are 8 MiB) leave from memory the receiver reads itself where the
     # data plane has it (UCX_TLS naming shared memory only): a staged copy,
     # contiguous or not, that the receiver takes byte-exact; elsewhere from
     # the tensor itself. A send completes only once the receiver has the
