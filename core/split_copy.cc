@@ -71,6 +71,7 @@ LargeCopyMethod MachineLargeCopyMethod() {
 }
 
 void CopyLarge(LargeCopyMethod method, void* destination, const void* source, size_t length) {
+  if (length == 0) return;  // either pointer may then be null, which memcpy may not take
   if (method == LargeCopyMethod::kRepMovsb) {
     RepMovsb(destination, source, length);
   } else {

@@ -27,7 +27,8 @@ enum class LargeCopyMethod {
 // instruction. Chosen once per process.
 LargeCopyMethod MachineLargeCopyMethod();
 
-// memcpy(destination, source, length) by `method`.
+// memcpy(destination, source, length) by `method`; with `length` 0 either
+// pointer may be null.
 void CopyLarge(LargeCopyMethod method, void* destination, const void* source, size_t length);
 
 class SplitCopier {
