@@ -191,7 +191,7 @@ int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_addres
   }
   const void* key = static_cast<const char*>(blob) + sizeof(KeyRegion);
   const size_t key_length = blob_length - sizeof(KeyRegion);
-  std::lock_guard lock(endpoint->use_mu);
+  std::unique_lock lock(endpoint->use_mu);
   if (endpoint->ep == nullptr) return Aborted(error);
   // Once the endpoint's wireup is done (UCX 1.13 fails an assertion when
   // an endpoint still in wireup is aborted, and a copy alone would leave it
@@ -199,8 +199,13 @@ int PostRma(rdv_transport_endpoint_t handle, void* local, uint64_t remote_addres
   // UCX.
   if (region.segment_id >= 0 && endpoint->proven.load(std::memory_order_relaxed) &&
       SameIpcScope(region.scope)) {
-    return CopyThroughSegment<kGet>(endpoint->context, region, local, remote_address, length,
-                                    done, user, error);
+    // The copy uses no part of the endpoint. Held through it, use_mu kept
+    // every message posted on the endpoint meanwhile (the next Recv's
+    // request) waiting for the copy, and its unlock woke that poster.
+    Context* context = endpoint->context;
+    lock.unlock();
+    return CopyThroughSegment<kGet>(context, region, local, remote_address, length, done, user,
+                                    error);
   }
   ucp_rkey_h rkey = nullptr;
   const ucs_status_t unpacked = endpoint->keys.Get(endpoint->ep, key, key_length, &rkey);
