@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <ctime>
@@ -38,13 +39,61 @@ absl::Duration MonotonicNow() {
   return absl::DurationFromTimespec(now);
 }
 
+// A yield longer than this means another thread held the waiter's CPU for
+// most of a time slice. One alone proves little (the hypervisor ran another
+// guest, or a progress thread's 64 MiB copy ran to its end); several within
+// a window mean a thread on that CPU that does not yield (a user's busy
+// compute thread), so each wait's first yield would cost a slice.
+constexpr absl::Duration kSlowYield = absl::Milliseconds(1);
+constexpr absl::Duration kSlowYieldWindow = absl::Seconds(1);
+// rdv-bench's default sizes saw at most 5 in one second, in its 64 MiB row.
+constexpr int kSlowYieldsToPause = 8;
+// Then waits sleep at once for this long, and look again after it: that
+// thread may have stopped. Finding it again costs 8 slices per pause.
+constexpr absl::Duration kSpinPause = absl::Seconds(1);
+
+// CLOCK_MONOTONIC, ns. Races between waiters only shift a count by one.
+std::atomic<int64_t> slow_yield_window_start_ns{0};
+std::atomic<int> slow_yields_in_window{0};
+std::atomic<int64_t> spin_paused_until_ns{0};
+std::atomic<bool> spin_pause_logged{false};
+
+void PauseSpin(absl::Duration now, absl::Duration spin) {
+  spin_paused_until_ns.store(absl::ToInt64Nanoseconds(now + kSpinPause),
+                             std::memory_order_relaxed);
+  if (!spin_pause_logged.exchange(true, std::memory_order_relaxed)) {
+    RDV_LOG(Info) << kSlowYieldsToPause << " yields of a waiter took over "
+                  << absl::FormatDuration(kSlowYield) << " within "
+                  << absl::FormatDuration(kSlowYieldWindow)
+                  << ": a thread on its CPU does not yield; waits in this process sleep at once"
+                  << " for " << absl::FormatDuration(kSpinPause) << " instead of looking for "
+                  << absl::ToInt64Microseconds(spin) << " us (RDV_WAIT_SPIN_US) first; later"
+                  << " pauses are not logged";
+  }
+}
+
+void CountSlowYield(absl::Duration now, absl::Duration spin) {
+  const int64_t now_ns = absl::ToInt64Nanoseconds(now);
+  int64_t window_start = slow_yield_window_start_ns.load(std::memory_order_relaxed);
+  if (now_ns - window_start > absl::ToInt64Nanoseconds(kSlowYieldWindow) &&
+      slow_yield_window_start_ns.compare_exchange_strong(window_start, now_ns,
+                                                         std::memory_order_relaxed)) {
+    slow_yields_in_window.store(0, std::memory_order_relaxed);
+  }
+  if (slow_yields_in_window.fetch_add(1, std::memory_order_relaxed) + 1 >= kSlowYieldsToPause) {
+    slow_yields_in_window.store(0, std::memory_order_relaxed);
+    PauseSpin(now, spin);
+  }
+}
+
+bool SpinPausedAt(absl::Duration now) {
+  return absl::ToInt64Nanoseconds(now) < spin_paused_until_ns.load(std::memory_order_relaxed);
+}
+
 // How long a waiter looks before it sleeps: RDV_WAIT_SPIN_US, read once.
 absl::Duration WaitSpin() {
   static const absl::Duration spin = [] {
-    // Off unless asked for: a waiter that yields to a progress thread that
-    // polls without yielding (RDV_UCX_PROGRESS=poll) on its CPU waits out
-    // that thread's time slice (docs/fast_path.md, "The Recv's wait").
-    constexpr int64_t kDefaultSpinUs = 0;
+    constexpr int64_t kDefaultSpinUs = 50;
     int64_t spin_us = kDefaultSpinUs;
     if (absl::Status read = env::ReadInt("RDV_WAIT_SPIN_US", 0, 10000, &spin_us); !read.ok()) {
       RDV_LOG(Warning) << read.message() << "; using " << kDefaultSpinUs;
@@ -65,14 +114,24 @@ void Notification::Notify() {
 bool Notification::SpinUntil(const struct timespec* deadline) const {
   const absl::Duration spin = WaitSpin();
   if (spin <= absl::ZeroDuration()) return HasBeenNotified();
-  absl::Duration give_up = MonotonicNow() + spin;
+  const absl::Duration start = MonotonicNow();
+  if (SpinPausedAt(start)) return HasBeenNotified();
+  absl::Duration give_up = start + spin;
   if (deadline != nullptr) give_up = std::min(give_up, absl::DurationFromTimespec(*deadline));
   while (!HasBeenNotified()) {
-    if (MonotonicNow() >= give_up) return false;
+    const absl::Duration before = MonotonicNow();
+    if (before >= give_up) return false;
     sched_yield();
+    const absl::Duration after = MonotonicNow();
+    if (after - before > kSlowYield) {
+      CountSlowYield(after, spin);
+      return HasBeenNotified();
+    }
   }
   return true;
 }
+
+bool Notification::SpinPaused() { return SpinPausedAt(MonotonicNow()); }
 
 bool Notification::WaitUntil(const struct timespec* deadline) const {
   if (SpinUntil(deadline)) return true;

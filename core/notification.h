@@ -9,12 +9,14 @@
 // a Recv its caller waits for), that was two more context switches and
 // three more futex calls per blocking Recv.
 //
-// With RDV_WAIT_SPIN_US set (default 0: off), a waiter first looks at the
-// word for up to that many µs, yielding the CPU between looks, and only
-// then sleeps on the futex. A Recv's value often comes within that: the
-// notifier then makes no system call, and no sleeping thread is woken,
-// which costs a system call on each side (docs/fast_path.md, "The Recv's
-// wait", for when it pays and when it hurts).
+// A waiter first looks at the word for up to RDV_WAIT_SPIN_US (default 50
+// µs; 0 turns it off), yielding the CPU between looks, and only then sleeps
+// on the futex. A Recv's value often comes within that: the notifier then
+// makes no system call, and no sleeping thread is woken, which costs a
+// system call on each side. When 8 yields within a second took over 1 ms
+// each (a thread on the waiter's CPU that never yields, such as a busy
+// compute thread, ran out its time slice), the process's waits sleep at
+// once for the next second (docs/fast_path.md, "The Recv's wait").
 //
 // The Notification may be destroyed as soon as a wait on it has returned
 // true, even while Notify is still returning: after its store, Notify
@@ -39,6 +41,10 @@ class Notification {
 
   // False when `timeout` passed first. An infinite timeout waits forever.
   bool WaitForNotificationWithTimeout(absl::Duration timeout) const;
+
+  // Whether waits in this process now sleep at once, without looking
+  // first, since many yields took longer than a time slice.
+  static bool SpinPaused();
 
  private:
   enum State : uint32_t { kUnset, kWaitedFor, kNotified };

@@ -65,12 +65,15 @@ void ProgressLoop(Context* context) {
       continue;
     }
     const unsigned progressed = ucp_worker_progress(context->worker);
-    if (progressed != 0 || !context->completions.empty() || context->busy_poll) {
+    if (progressed != 0 || !context->completions.empty()) {
       if (context->spin.count() > 0) last_work = std::chrono::steady_clock::now();
       continue;
     }
     // A reply often follows soon: polling a little longer spares a wake-up.
-    if (context->spin.count() > 0 && std::chrono::steady_clock::now() - last_work < context->spin) {
+    // Yielding between polls lets a thread that waits on this CPU (a Recv's
+    // caller, spinning before it sleeps) run now, not after a time slice.
+    if (context->busy_poll || (context->spin.count() > 0 &&
+                               std::chrono::steady_clock::now() - last_work < context->spin)) {
       sched_yield();
       continue;
     }

@@ -3,6 +3,7 @@
 #include "verbs/verbs_context.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -213,10 +214,13 @@ void RunDeferred(Context* context) {
   CompleteAll(context->deferred.Take());
 }
 
-void DrainCq(Context* context) {
+// Whether there was any completion.
+bool DrainCq(Context* context) {
   ibv_wc completions[32];
   int count;
+  bool any = false;
   while ((count = ibv_poll_cq(context->cq, 32, completions)) > 0) {
+    any = true;
     for (int i = 0; i < count; ++i) {
       if (completions[i].wr_id & kReceiveWrId) {
         OnReceive(context, completions[i]);
@@ -225,6 +229,7 @@ void DrainCq(Context* context) {
       }
     }
   }
+  return any;
 }
 
 }  // namespace
@@ -232,8 +237,11 @@ void DrainCq(Context* context) {
 void ProgressLoop(Context* context) {
   if (context->settings.busy_poll) {
     while (!context->stop.load(std::memory_order_relaxed)) {
-      DrainCq(context);
+      const bool completed = DrainCq(context);
       RunDeferred(context);
+      // A thread that waits on this CPU (a Recv's caller, spinning before
+      // it sleeps) runs now, not after this thread's time slice.
+      if (!completed) sched_yield();
     }
     return;
   }

@@ -1,5 +1,10 @@
 #include "core/notification.h"
 
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -32,6 +37,54 @@ TEST(NotificationTest, ATimeoutPassesInFullWithoutANotify) {
   EXPECT_FALSE(notification.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
   EXPECT_FALSE(notification.HasBeenNotified());
+}
+
+// A thread that never yields shares the waiter's one CPU, as a polling
+// progress thread can: a yield to it lasts its time slice, far past the
+// spin, and for a while the process's waits sleep at once. Then they look
+// again, as the busy thread may have been one long copy.
+TEST(NotificationTest, AWaiterThatYieldedToAThreadThatNeverYieldsPausesLooking) {
+  const char* spin = std::getenv("RDV_WAIT_SPIN_US");
+  if (spin != nullptr && std::atoi(spin) == 0) GTEST_SKIP() << "RDV_WAIT_SPIN_US=0: no spin";
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &allowed)) ++cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+  std::atomic<bool> running{false};
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    running.store(true);
+    const absl::Time end = absl::Now() + kBound;
+    while (!stop.load(std::memory_order_relaxed) && absl::Now() < end) {
+    }
+  });
+  while (!running.load()) sched_yield();
+  // Each wait yields until the scheduler runs the busy thread in one of
+  // its yields; a wait that sleeps lets the busy thread's time grow past
+  // the waiter's, so a later yield goes to it.
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  while (!Notification::SpinPaused() && absl::Now() < end) {
+    Notification never;
+    EXPECT_FALSE(never.WaitForNotificationWithTimeout(absl::Milliseconds(1)));
+  }
+  stop.store(true);
+  busy.join();
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof allowed, &allowed), 0);
+  EXPECT_TRUE(Notification::SpinPaused());
+  Notification notified;
+  notified.Notify();
+  EXPECT_TRUE(notified.WaitForNotificationWithTimeout(absl::ZeroDuration()));
+  const absl::Time resume_by = absl::Now() + absl::Seconds(10);
+  while (Notification::SpinPaused() && absl::Now() < resume_by) {
+    Notification never;
+    EXPECT_FALSE(never.WaitForNotificationWithTimeout(absl::Milliseconds(10)));
+  }
+  EXPECT_FALSE(Notification::SpinPaused());
 }
 
 TEST(NotificationTest, EveryWaiterWakesAndSeesWhatCameBeforeTheNotify) {
