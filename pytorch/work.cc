@@ -22,21 +22,23 @@ void Work::Complete(const absl::Status& status) {
   if (status.ok()) {
     finish();
     future_->markCompleted(c10::IValue(tensors_));
+    done_.Notify();
     return;
   }
   auto error = std::make_exception_ptr(
       std::runtime_error(absl::StrCat("rdv: ", what_, " failed: ", status.ToString())));
   finish(error);
   future_->setError(error);
+  done_.Notify();
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   const auto bound = timeout == kNoTimeout ? default_timeout_ : timeout;
-  std::unique_lock lock(mutex_);
-  if (!cv_.wait_for(lock, bound, [this] { return completed_; })) {
+  if (!done_.WaitForNotificationWithTimeout(absl::FromChrono(bound))) {
     throw std::runtime_error(absl::StrCat("rdv: ", what_, " did not complete within ",
                                           bound.count(), " ms; it is still pending"));
   }
+  std::unique_lock lock(mutex_);
   if (exception_) std::rethrow_exception(exception_);
   return true;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/cancellation.h"
+#include "core/notification.h"
 #include "core/status.h"
 
 namespace rdv::pytorch {
@@ -47,6 +48,9 @@ class Work : public c10d::Work {
   const int source_rank_;
   CancellationManager cancellation_;
   std::atomic<bool> completing_{false};
+  // Notified after c10d's own completion state is set; wait() looks at it
+  // first, as every rdv wait does (RDV_WAIT_SPIN_US).
+  Notification done_;
   const c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
