@@ -39,10 +39,11 @@ TEST(NotificationTest, ATimeoutPassesInFullWithoutANotify) {
   EXPECT_FALSE(notification.HasBeenNotified());
 }
 
-// A thread that never yields shares the waiter's one CPU, as a polling
-// progress thread can: a yield to it lasts its time slice, far past the
-// spin, and for a while the process's waits sleep at once. Then they look
-// again, as the busy thread may have been one long copy.
+// A thread that never yields shares the waiter's one CPU, as a user's busy
+// compute thread can (rdv's polling progress threads yield when idle): a
+// yield to it lasts its time slice, far past the spin, and for a while the
+// process's waits sleep at once. Then they look again, as the busy thread
+// may have stopped.
 TEST(NotificationTest, AWaiterThatYieldedToAThreadThatNeverYieldsPausesLooking) {
   const char* spin = std::getenv("RDV_WAIT_SPIN_US");
   if (spin != nullptr && std::atoi(spin) == 0) GTEST_SKIP() << "RDV_WAIT_SPIN_US=0: no spin";
