@@ -118,8 +118,8 @@ std::string BenchSession::NextKey() {
   return key;
 }
 
-absl::Status BenchSession::StartProduce(int64_t step, int64_t size, int count, uint32_t seed) {
-  RDV_RETURN_IF_ERROR(AwaitProduce());
+ProduceRequest BenchSession::ProduceRequestFor(int64_t step, int64_t size, int count,
+                                               uint32_t seed) {
   ProduceRequest request;
   request.set_step_id(step);
   for (int i = 0; i < count; ++i) {
@@ -130,11 +130,25 @@ absl::Status BenchSession::StartProduce(int64_t step, int64_t size, int count, u
     item->add_dims(size);
     item->set_seed(seed);
   }
+  return request;
+}
+
+absl::Status BenchSession::StartProduce(int64_t step, int64_t size, int count, uint32_t seed) {
+  RDV_RETURN_IF_ERROR(AwaitProduce());
+  ProduceRequest request = ProduceRequestFor(step, size, count, seed);
   producing_ = std::async(std::launch::async, [this, request = std::move(request)] {
     absl::Status status = Produce(request);
     if (!status.ok()) consumer_->rendezvous_mgr().Find(request.step_id())->StartAbort(status);
     return status;
   });
+  return absl::OkStatus();
+}
+
+absl::Status BenchSession::ProduceNow(int64_t step, int64_t size, int count, uint32_t seed) {
+  for (int produced = 0; produced < count; produced += kValuesPerProduce) {
+    const int values = std::min(kValuesPerProduce, count - produced);
+    RDV_RETURN_IF_ERROR(Produce(ProduceRequestFor(step, size, values, seed)));
+  }
   return absl::OkStatus();
 }
 
@@ -258,13 +272,6 @@ absl::StatusOr<Row> BenchSession::Measure(int64_t size) {
   const int64_t step = next_step_++;
   const uint32_t seed = static_cast<uint32_t>(step);
   keys_sent_.clear();  // the last size's extra values went with its step
-  // Values the peer Sends per Produce call. The call (a gRPC round trip,
-  // and a thread) runs on the consumer's CPUs while Recvs are timed, and
-  // it is no part of what a Recv costs: at 32 values per call it took a
-  // third of the time of a 64 KiB Recv over shared memory, and a tenth at
-  // 1 MiB. At 1024, the first two calls, in warm-up, cover a run of up to
-  // 1,000 Recvs. They all Send the one cached pattern tensor.
-  constexpr int kValuesPerProduce = 1024;
   const int batch = std::max(kValuesPerProduce, options_.in_flight);
   const double time_s = options_.time_s;
   int iterations = options_.iters;
@@ -273,7 +280,9 @@ absl::StatusOr<Row> BenchSession::Measure(int64_t size) {
   }
   const int window = options_.in_flight;
   const int warmup = options_.warmup;
-  int warmup_rounds = warmup == 0 ? 0 : std::max(2, (warmup + window - 1) / window);
+  // The two windows of first use (RecvTensor, then the transport's wireup)
+  // come before the --warmup Recvs that warm the fast path.
+  int warmup_rounds = warmup == 0 ? 0 : 2 + (warmup + window - 1) / window;
   // The consumer's pool may still grow after the first Recvs: a Recv's
   // callback holds its tensor until it returns, and the next Recv may
   // allocate before that.
@@ -289,6 +298,15 @@ absl::StatusOr<Row> BenchSession::Measure(int64_t size) {
   double busy = 0;
   double best_window = 0;  // bytes per second of the fastest window
   int buffered = 0;  // Sent by the peer, not received yet
+  // A run of a set count has the peer Send all the values it can take
+  // before its first window: a Produce call beside the timed windows (the
+  // peer's 1,024 Sends held a CPU for 1 to 4 ms) made the slowest window
+  // of a run with 8 Recvs in flight, and so its p99. A timed run cannot
+  // know its count: it asks for a batch ahead as it goes.
+  if (time_s <= 0 && !options_.raw_grpc) {
+    buffered = std::max(warmup_rounds, kMaxWarmupRounds) * window + iterations;
+    RDV_RETURN_IF_ERROR(ProduceNow(step, size, buffered, seed));
+  }
   const absl::Time deadline = absl::Now() + absl::Seconds(time_s);
   for (int round = 0; round < warmup_rounds ||
                       (time_s > 0 ? absl::Now() < deadline
@@ -299,7 +317,7 @@ absl::StatusOr<Row> BenchSession::Measure(int64_t size) {
                           ? std::min(window, iterations - static_cast<int>(latencies.size()))
                           : window;
     // A batch ahead, so that the Sends have happened before a Recv needs them.
-    if (buffered < count + batch && !options_.raw_grpc) {
+    if (time_s > 0 && buffered < count + batch && !options_.raw_grpc) {
       RDV_RETURN_IF_ERROR(StartProduce(step, size, batch, seed));
       buffered += batch;
     }

@@ -59,6 +59,12 @@ class BenchSession {
   std::string Placement() const;
 
  private:
+  // Values the peer Sends per Produce call. The call (a gRPC round trip,
+  // and a thread) is no part of what a Recv costs: at 32 values per call,
+  // made while Recvs were timed, it took a third of the time of a 64 KiB
+  // Recv over shared memory. They all Send the one cached pattern tensor.
+  static constexpr int kValuesPerProduce = 1024;
+
   // Has the peer Send `count` tensors of `size` bytes in `step`, on a thread
   // of its own: the timed loop never pauses for it, for a pause would let
   // transfers a read-ahead has in flight go on untimed. A Send that fails
@@ -66,6 +72,9 @@ class BenchSession {
   absl::Status StartProduce(int64_t step, int64_t size, int count, uint32_t seed);
   // The last StartProduce's outcome, once it has ended.
   absl::Status AwaitProduce();
+  // Has the peer Send `count` tensors, as above, before it returns.
+  absl::Status ProduceNow(int64_t step, int64_t size, int count, uint32_t seed);
+  ProduceRequest ProduceRequestFor(int64_t step, int64_t size, int count, uint32_t seed);
   absl::Status Produce(const ProduceRequest& request);
   // Receives `count` tensors at once (one window of --in_flight) into
   // `received`; appends each transfer's seconds to `latencies`.

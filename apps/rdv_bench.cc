@@ -26,6 +26,7 @@
 #include "apps/bench_session.h"
 #include "apps/compare_script.h"
 #include "apps/cpu_placement.h"
+#include "apps/heap_retention.h"
 #include "apps/tool_flags.h"
 #include "control/worker_server.h"
 #include "core/cuda.h"
@@ -43,14 +44,16 @@ ABSL_FLAG(std::string, sizes, "4K:64M",
 ABSL_FLAG(int, iters, 0, "Recvs per size (0: enough for 256 MiB, 5 to 1000)");
 ABSL_FLAG(double, time_s, 0, "seconds per size instead of a count (0: use --iters)");
 ABSL_FLAG(int, warmup, 3,
-          "untimed Recvs per size first, in whole windows of --in_flight and, unless 0, at "
-          "least two windows: a recurring key's first window takes RecvTensor (the key is not "
+          "untimed Recvs per size first, in whole windows of --in_flight, after two more "
+          "windows unless 0: a recurring key's first window takes RecvTensor (the key is not "
           "known yet) and its second pays for the fast path's first use (the transport's "
-          "endpoint wireup, milliseconds). Unless 0, warm-up goes on until the consumer's "
-          "pool has registered nothing new for 3 windows and as many as the values read "
-          "ahead fill (at most 30 windows): a fresh destination's first touch costs up to 200 "
-          "ms per 64 MiB on a virtual machine, and a destination read ahead is first touched "
-          "windows after it was registered");
+          "endpoint wireup, milliseconds). The Recvs after them warm the fast path itself: "
+          "over UCX's shared memory its first 64 messages each way are slower (the first pass "
+          "of a 64-entry queue, UCX_POSIX_FIFO_SIZE). Unless 0, warm-up goes on until the "
+          "consumer's pool has registered nothing new for 3 windows and as many as the values "
+          "read ahead fill (at most 30 windows): a fresh destination's first touch costs up to "
+          "200 ms per 64 MiB on a virtual machine, and a destination read ahead is first "
+          "touched windows after it was registered");
 ABSL_FLAG(int, in_flight, 1, "Recvs in flight at once");
 ABSL_FLAG(std::string, memory, "host",
           "where tensors live on both sides: host, or cuda (GPU 0 of each process; between "
@@ -212,6 +215,7 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "compare") return rdv::RunCompareScript(argc, argv);
+  rdv::KeepFreedHeap();
   rdv::ParseToolFlags(argc, argv,
       "Send->Recv bandwidth and latency between two rdv workers.\n"
       "  rdv-bench --local [--protocol grpc+ucx] [--sizes 4K:64M]\n"

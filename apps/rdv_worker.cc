@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "apps/heap_retention.h"
 #include "apps/tool_flags.h"
 #include "control/worker_server.h"
 #include "core/logging.h"
@@ -259,6 +260,7 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  rdv::KeepFreedHeap();
   rdv::ParseToolFlags(argc, argv,
                       "rdv-worker --cluster worker=h:p,h:p --task N [--enable_driver]");
   // Standard output carries the ready line its parent waits for; UCX, loaded
