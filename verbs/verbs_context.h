@@ -12,6 +12,7 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -53,6 +54,7 @@ struct Settings {
   int queue_depth = 128;     // RDV_IB_QUEUE_DEPTH: work requests in flight per QP
   size_t chunk_bytes = size_t{1} << 20;  // RDV_IB_CHUNK_BYTES
   bool busy_poll = false;    // RDV_IB_PROGRESS=poll
+  std::chrono::microseconds spin{0};  // RDV_IB_SPIN_US: with wait, polling after work
 };
 
 // The address blob peers get: where the port is and where to swap QP info.

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "plugin/plugin_support.h"
@@ -232,6 +233,25 @@ bool DrainCq(Context* context) {
   return any;
 }
 
+// With progress wait: polls while completions come, and for the spin after
+// the last one, yielding between empty polls. A reply that lands within it
+// costs no wake-up, nor the completion event's read, ack and re-arm.
+void PollAfterWork(Context* context) {
+  auto last_work = std::chrono::steady_clock::now();
+  while (!context->stop.load(std::memory_order_relaxed)) {
+    const bool completed = DrainCq(context);
+    RunDeferred(context);
+    const auto now = std::chrono::steady_clock::now();
+    if (completed) {
+      last_work = now;
+    } else if (now - last_work >= context->settings.spin) {
+      return;
+    } else {
+      sched_yield();
+    }
+  }
+}
+
 }  // namespace
 
 void ProgressLoop(Context* context) {
@@ -262,9 +282,11 @@ void ProgressLoop(Context* context) {
     if (ibv_get_cq_event(context->channel, &cq, &cq_context) != 0) continue;
     ibv_ack_cq_events(cq, 1);
     // Re-arm before draining, so a completion that lands in between wakes
-    // the next poll instead of waiting for the one after it.
+    // the next poll instead of waiting for the one after it. An event that
+    // only tells of completions the spin already took finds none here, and
+    // starts no spin.
     ibv_req_notify_cq(cq, 0);
-    DrainCq(context);
+    if (DrainCq(context) && context->settings.spin.count() > 0) PollAfterWork(context);
   }
 }
 

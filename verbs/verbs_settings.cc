@@ -28,6 +28,9 @@ const rdv_transport_setting_info_t kSettings[] = {
     {"progress", "RDV_IB_PROGRESS", "wait",
      "wait or poll: the progress thread sleeps on the completion channel, or spins ('event' "
      "means wait)"},
+    {"spin_us", "RDV_IB_SPIN_US", "1000",
+     "with progress wait: microseconds the progress thread keeps polling (yielding the CPU "
+     "between polls) after its last work before it sleeps, 0 to 10000"},
 };
 
 }  // namespace
@@ -39,7 +42,7 @@ const rdv_transport_setting_info_t* SettingsTable(size_t* count) {
 int ReadSettings(const rdv_transport_init_params_t* params, Settings* settings,
                  rdv_transport_error_t* error) {
   PluginSettings given(kSettings, "verbs");
-  long port = 0, gid = 0, timeout = 0, retry = 0, depth = 0, chunk = 0;
+  long port = 0, gid = 0, timeout = 0, retry = 0, depth = 0, chunk = 0, spin_us = 0;
   int progress = 0;
   int code = RDV_TRANSPORT_OK;
   if ((code = given.Configure(params, error)) ||
@@ -49,7 +52,8 @@ int ReadSettings(const rdv_transport_init_params_t* params, Settings* settings,
       (code = given.Integer("retry_count", 0, 7, &retry, error)) ||
       (code = given.Integer("queue_depth", 1, 16384, &depth, error)) ||
       (code = given.Integer("chunk_bytes", 4096, 1l << 30, &chunk, error)) ||
-      (code = given.Choice("progress", {"wait", "poll", "event"}, &progress, error))) {
+      (code = given.Choice("progress", {"wait", "poll", "event"}, &progress, error)) ||
+      (code = given.Integer("spin_us", 0, 10000, &spin_us, error))) {
     return code;
   }
   settings->device = given.Text("device");
@@ -61,6 +65,7 @@ int ReadSettings(const rdv_transport_init_params_t* params, Settings* settings,
   settings->queue_depth = static_cast<int>(depth);
   settings->chunk_bytes = static_cast<size_t>(chunk);
   settings->busy_poll = progress == 1;
+  settings->spin = std::chrono::microseconds(spin_us);
   return RDV_TRANSPORT_OK;
 }
 

@@ -3,7 +3,8 @@
 scripts/bench-softroce: rdv-bench over grpc+verbs and grpc+ucx (rc_verbs)
 beside ib_read_bw and ib_write_bw on the same devices (rxe1 serves, rxe0
 reads), at each size, REPS times each; prints medians [min-max] in MB/s and
-the ratios, and exits 1 when grpc+verbs is below 0.9x ib_read_bw at >= 1 MiB.
+the ratios, and exits 1 when grpc+verbs misses issue 19's bars: 0.9x
+ib_read_bw at >= 1 MiB, 0.8x ib_write_bw below.
 
 usage: bench_in_guest.py BUILD_DIR [SIZES...]"""
 import json
@@ -18,8 +19,11 @@ import time
 
 build = sys.argv[1]
 sizes = [int(s) for s in sys.argv[2:]] or [64 << 10, 1 << 20, 4 << 20]
-REPS = 3
-BAR = 0.9
+# Runs under emulation spread by up to 2x (one slow run among three moved
+# a median by a tenth): five per subject and size.
+REPS = 5
+READ_BAR = 0.9    # grpc+verbs against ib_read_bw, at >= 1 MiB
+WRITE_BAR = 0.8   # grpc+verbs against ib_write_bw, below 1 MiB
 IN_FLIGHT = 8  # Recvs in flight, as perftest keeps reads in flight
 bench = os.path.join(build, "apps", "rdv-bench")
 
@@ -102,7 +106,7 @@ def cell(values):
 print(f"SoftRoCE rxe0 <- rxe1 in the guest, MB/s, median [min-max] of {REPS} runs "
       "(subjects interleaved)")
 print(f"{'bytes':>9} " + " ".join(f"{name:>24}" for name, _ in subjects) +
-      f" {'verbs/ib_read':>14} {'ucx/ib_read':>12}")
+      f" {'verbs/ib_read':>14} {'verbs/ib_write':>15} {'ucx/ib_read':>12}")
 missed = False
 for size in sizes:
     results = {name: [] for name, _ in subjects}
@@ -110,13 +114,17 @@ for size in sizes:
         for name, measure in subjects:
             results[name].append(measure(size))
     read = statistics.median(results["ib_read_bw"])
-    verbs_ratio = statistics.median(results["rdv:grpc+verbs"]) / read
+    verbs = statistics.median(results["rdv:grpc+verbs"])
+    verbs_ratio = verbs / read
+    write_ratio = verbs / statistics.median(results["ib_write_bw"])
     ucx_ratio = statistics.median(results["rdv:grpc+ucx rc_verbs"]) / read
-    verdict = ""
     if size >= (1 << 20):
-        ok = verbs_ratio >= BAR
-        missed |= not ok
-        verdict = f"  bar >= {BAR}: {'met' if ok else 'MISSED'}"
+        ok = verbs_ratio >= READ_BAR
+        verdict = f"  bar verbs/ib_read >= {READ_BAR}: {'met' if ok else 'MISSED'}"
+    else:
+        ok = write_ratio >= WRITE_BAR
+        verdict = f"  bar verbs/ib_write >= {WRITE_BAR}: {'met' if ok else 'MISSED'}"
+    missed |= not ok
     print(f"{size:>9} " + " ".join(f"{cell(results[name]):>24}" for name, _ in subjects) +
-          f" {verbs_ratio:>14.2f} {ucx_ratio:>12.2f}{verdict}", flush=True)
+          f" {verbs_ratio:>14.2f} {write_ratio:>15.2f} {ucx_ratio:>12.2f}{verdict}", flush=True)
 sys.exit(1 if missed else 0)
