@@ -6,21 +6,10 @@
 #include <cstring>
 
 #include "core/logging.h"
+#include "core/sanitizers.h"
 
 namespace rdv {
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizerAllocator = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitizerAllocator = true;
-#else
-constexpr bool kSanitizerAllocator = false;
-#endif
-#else
-constexpr bool kSanitizerAllocator = false;
-#endif
 
 bool UserSetMalloc() {
   const char* tunables = std::getenv("GLIBC_TUNABLES");
@@ -31,7 +20,7 @@ bool UserSetMalloc() {
 
 }  // namespace
 
-bool GlibcMallocInUse() { return !kSanitizerAllocator; }
+bool GlibcMallocInUse() { return !kSanitizedBuild; }
 
 bool KeepFreedHeap() {
   if (!GlibcMallocInUse() || UserSetMalloc()) return false;

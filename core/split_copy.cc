@@ -5,24 +5,14 @@
 
 #include <cstring>
 
+#include "core/sanitizers.h"
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
 
 namespace rdv {
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
 
 #if defined(__x86_64__)
 // An AMD CPU of family 1Ah or later whose `rep movsb` is fast (ERMS, FSRM).
@@ -64,7 +54,7 @@ cpu_set_t OtherAllowedCpus() {
 }  // namespace
 
 LargeCopyMethod MachineLargeCopyMethod() {
-  static const LargeCopyMethod method = !kSanitized && RepMovsbBeatsMemcpy()
+  static const LargeCopyMethod method = !kSanitizedBuild && RepMovsbBeatsMemcpy()
                                             ? LargeCopyMethod::kRepMovsb
                                             : LargeCopyMethod::kMemcpy;
   return method;

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/sanitizers.h"
 #include "gtest/gtest.h"
 
 namespace rdv {
@@ -70,9 +71,9 @@ TEST(LargeCopyTest, EachMethodCopiesEveryByteAtAnyAlignment) {
 TEST(LargeCopyTest, TheMachinesMethodIsStableAndSanitizedBuildsUseMemcpy) {
   const LargeCopyMethod method = MachineLargeCopyMethod();
   EXPECT_EQ(MachineLargeCopyMethod(), method);
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  EXPECT_EQ(method, LargeCopyMethod::kMemcpy);
-#endif
+  if (kSanitizedBuild) {
+    EXPECT_EQ(method, LargeCopyMethod::kMemcpy);
+  }
 }
 
 TEST(SplitCopierTest, CopiesEveryByteOfSmallAndSplitLengths) {
