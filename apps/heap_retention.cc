@@ -20,10 +20,8 @@ bool UserSetMalloc() {
 
 }  // namespace
 
-bool GlibcMallocInUse() { return !kSanitizedBuild; }
-
 bool KeepFreedHeap() {
-  if (!GlibcMallocInUse() || UserSetMalloc()) return false;
+  if (kSanitizedBuild || UserSetMalloc()) return false;
   // glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems, and the trim
   // threshold its adaptive rule pairs with it (twice the mmap threshold).
   constexpr int kLargestHeapBlock = 32 << 20;

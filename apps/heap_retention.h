@@ -12,9 +12,6 @@
 
 namespace rdv {
 
-// False where a sanitizer's allocator stands in for glibc's.
-bool GlibcMallocInUse();
-
 // Sets, from the start, the thresholds glibc's own adaptive rule reaches
 // once the program has freed one 32 MiB block: blocks up to 32 MiB come
 // from the heap, and up to 64 MiB of free heap stay with the process.

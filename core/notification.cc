@@ -90,8 +90,9 @@ bool SpinPausedAt(absl::Duration now) {
   return absl::ToInt64Nanoseconds(now) < spin_paused_until_ns.load(std::memory_order_relaxed);
 }
 
-// How long a waiter looks before it sleeps: RDV_WAIT_SPIN_US, read once.
-absl::Duration WaitSpin() {
+}  // namespace
+
+absl::Duration Notification::Spin() {
   static const absl::Duration spin = [] {
     constexpr int64_t kDefaultSpinUs = 50;
     int64_t spin_us = kDefaultSpinUs;
@@ -103,8 +104,6 @@ absl::Duration WaitSpin() {
   return spin;
 }
 
-}  // namespace
-
 void Notification::Notify() {
   if (state_.exchange(kNotified, std::memory_order_acq_rel) == kWaitedFor) {
     FutexWakeAll(state_);
@@ -112,7 +111,7 @@ void Notification::Notify() {
 }
 
 bool Notification::SpinUntil(const struct timespec* deadline) const {
-  const absl::Duration spin = WaitSpin();
+  const absl::Duration spin = Spin();
   if (spin <= absl::ZeroDuration()) return HasBeenNotified();
   const absl::Duration start = MonotonicNow();
   if (SpinPausedAt(start)) return HasBeenNotified();

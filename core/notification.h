@@ -45,6 +45,8 @@ class Notification {
   // Whether waits in this process now sleep at once, without looking
   // first, since many yields took longer than a time slice.
   static bool SpinPaused();
+  // How long a wait looks before it sleeps: RDV_WAIT_SPIN_US, read once.
+  static absl::Duration Spin();
 
  private:
   enum State : uint32_t { kUnset, kWaitedFor, kNotified };

@@ -233,10 +233,13 @@ bool DrainCq(Context* context) {
   return any;
 }
 
-// With progress wait: polls while completions come, and for the spin after
-// the last one, yielding between empty polls. A reply that lands within it
-// costs no wake-up, nor the completion event's read, ack and re-arm.
-void PollAfterWork(Context* context) {
+// Polls while completions come, and for `idle` after the last one, then
+// returns (never, for progress poll). A thread that waits on this CPU (a
+// Recv's caller, spinning before it sleeps) runs between empty polls, not
+// after this thread's time slice. With progress wait, a reply that lands
+// within the spin costs no wake-up, nor the completion event's read, ack
+// and re-arm.
+void PollUntilIdleFor(Context* context, std::chrono::nanoseconds idle) {
   auto last_work = std::chrono::steady_clock::now();
   while (!context->stop.load(std::memory_order_relaxed)) {
     const bool completed = DrainCq(context);
@@ -244,7 +247,7 @@ void PollAfterWork(Context* context) {
     const auto now = std::chrono::steady_clock::now();
     if (completed) {
       last_work = now;
-    } else if (now - last_work >= context->settings.spin) {
+    } else if (now - last_work >= idle) {
       return;
     } else {
       sched_yield();
@@ -256,13 +259,7 @@ void PollAfterWork(Context* context) {
 
 void ProgressLoop(Context* context) {
   if (context->settings.busy_poll) {
-    while (!context->stop.load(std::memory_order_relaxed)) {
-      const bool completed = DrainCq(context);
-      RunDeferred(context);
-      // A thread that waits on this CPU (a Recv's caller, spinning before
-      // it sleeps) runs now, not after this thread's time slice.
-      if (!completed) sched_yield();
-    }
+    PollUntilIdleFor(context, std::chrono::nanoseconds::max());
     return;
   }
   ibv_req_notify_cq(context->cq, 0);
@@ -286,7 +283,7 @@ void ProgressLoop(Context* context) {
     // only tells of completions the spin already took finds none here, and
     // starts no spin.
     ibv_req_notify_cq(cq, 0);
-    if (DrainCq(context) && context->settings.spin.count() > 0) PollAfterWork(context);
+    if (DrainCq(context)) PollUntilIdleFor(context, context->settings.spin);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "core/sanitizers.h"
 #include "gtest/gtest.h"
 
 namespace rdv {
@@ -14,7 +15,7 @@ namespace {
 // glibc reads its own settings at start, so these tests only check that
 // rdv's are not applied over them: the thresholds stay glibc's.
 TEST(HeapRetentionTest, AUserSettingOfGlibcWins) {
-  if (!GlibcMallocInUse()) GTEST_SKIP() << "a sanitizer's allocator stands in for glibc's";
+  if (kSanitizedBuild) GTEST_SKIP() << "a sanitizer's allocator stands in for glibc's";
   ASSERT_EQ(setenv("MALLOC_TRIM_THRESHOLD_", "131072", 1), 0);
   EXPECT_FALSE(KeepFreedHeap());
   ASSERT_EQ(unsetenv("MALLOC_TRIM_THRESHOLD_"), 0);
@@ -24,7 +25,7 @@ TEST(HeapRetentionTest, AUserSettingOfGlibcWins) {
 }
 
 TEST(HeapRetentionTest, AFreedMegabyteAtTheHeapsTopStaysWithTheProcess) {
-  if (!GlibcMallocInUse()) GTEST_SKIP() << "a sanitizer's allocator stands in for glibc's";
+  if (kSanitizedBuild) GTEST_SKIP() << "a sanitizer's allocator stands in for glibc's";
   ASSERT_TRUE(KeepFreedHeap());
   constexpr size_t kBlock = size_t{1} << 20;
   const size_t mapped_before = mallinfo2().hblks;

@@ -4,14 +4,12 @@
 #include <sched.h>
 
 #include <atomic>
-#include <cstdint>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/environment.h"
 #include "gtest/gtest.h"
 
 namespace rdv {
@@ -46,10 +44,9 @@ TEST(NotificationTest, ATimeoutPassesInFullWithoutANotify) {
 // process's waits sleep at once. Then they look again, as the busy thread
 // may have stopped.
 TEST(NotificationTest, AWaiterThatYieldedToAThreadThatNeverYieldsPausesLooking) {
-  // Parsed as the library parses it: a bad value spins at the default.
-  int64_t spin_us = 50;
-  if (!env::ReadInt("RDV_WAIT_SPIN_US", 0, 10000, &spin_us).ok()) spin_us = 50;
-  if (spin_us == 0) GTEST_SKIP() << "RDV_WAIT_SPIN_US=0: no spin";
+  if (Notification::Spin() == absl::ZeroDuration()) {
+    GTEST_SKIP() << "RDV_WAIT_SPIN_US=0: no spin";
+  }
   cpu_set_t allowed;
   ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
   int cpu = 0;
