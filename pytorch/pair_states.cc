@@ -68,6 +68,19 @@ void PairStates::StopAll(const absl::Status& why) {
   }
 }
 
+bool PairStates::StageAhead(int peer, size_t bytes) {
+  std::lock_guard lock(mu_);
+  size_t& staged = pairs_[static_cast<size_t>(peer)].staged_ahead;
+  if (bytes > kStagedAheadBytes - staged) return false;
+  staged += bytes;
+  return true;
+}
+
+void PairStates::StagedReleased(int peer, size_t bytes) {
+  std::lock_guard lock(mu_);
+  pairs_[static_cast<size_t>(peer)].staged_ahead -= bytes;
+}
+
 void PairStates::Sent(int peer) {
   std::lock_guard lock(mu_);
   ++pairs_[static_cast<size_t>(peer)].sent;

@@ -6,6 +6,7 @@
 // with rdv's callbacks, which may outlive the process group. Thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <condition_variable>
 #include <mutex>
@@ -45,6 +46,16 @@ class PairStates {
     Dropping& operator=(const Dropping&) = delete;
   };
 
+  // Staged sends to a peer complete before the peer takes their bytes
+  // (ProcessGroupRdv::Send) while their copies not yet taken hold at most
+  // this much of this rank's memory per peer; past it, a send completes
+  // once taken, as an unstaged one does.
+  static constexpr size_t kStagedAheadBytes = size_t{64} << 20;
+  // True when `bytes` more fit `peer`'s bound; they count until
+  // StagedReleased.
+  bool StageAhead(int peer, size_t bytes);
+  void StagedReleased(int peer, size_t bytes);
+
   void Sent(int peer);
   int64_t SentTo(int peer) const;
   // A value from `peer` was taken here (whatever became of it after).
@@ -63,6 +74,7 @@ class PairStates {
     absl::Status why;
     int64_t sent = 0;
     int64_t taken = 0;
+    size_t staged_ahead = 0;  // bytes
     int64_t goodbye_after = -1;  // the peer's count; -1 until its goodbye
     bool answered = false;
     bool farewelled = false;

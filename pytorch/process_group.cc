@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -345,17 +346,27 @@ c10::intrusive_ptr<Work> ProcessGroupRdv::Send(const at::Tensor& tensor, int dst
                                                const ParsedKey& key, std::string what) {
   auto work = c10::make_intrusive<Work>(rank_, c10d::OpType::SEND, std::vector<at::Tensor>{tensor},
                                         std::move(what), timeout_);
-  // Complete when rdv lets go of the bytes: the receiver has them, or the
-  // pair stopped and they were dropped.
-  Tensor value = ValueOrThrow(
-      ValueToSend(tensor, *server_, copier_,
-                  [work, pairs = pairs_, dst] { work->Complete(pairs->OfRelease(dst)); }));
+  std::optional<Tensor> staging = ValueOrThrow(StageForSend(tensor, *server_, copier_));
+  // A staged send's bytes are rdv's copy, so it completes once they are
+  // handed over, while what is staged ahead for `dst` fits the pair's bound.
+  // Any other send completes when rdv lets go of its bytes: the receiver has
+  // them, or the pair stopped and they were dropped.
+  const size_t bytes = tensor.nbytes();
+  const bool ahead = staging.has_value() && pairs_->StageAhead(dst, bytes);
+  absl::AnyInvocable<void() &&> released = [work, pairs = pairs_, dst] {
+    work->Complete(pairs->OfRelease(dst));
+  };
+  if (ahead) released = [pairs = pairs_, dst, bytes] { pairs->StagedReleased(dst, bytes); };
+  Tensor value = ValueOrThrow(staging.has_value()
+                                  ? HoldUntilReleased(*std::move(staging), std::move(released))
+                                  : WrapForSend(tensor.contiguous(), std::move(released)));
   const absl::Status sent = Direction(rank_, dst)->Send(key, {}, value, false);
-  if (sent.ok()) {
-    pairs_->Sent(dst);
-  } else {
+  if (!sent.ok()) {
     work->Complete(sent);
+    return work;
   }
+  pairs_->Sent(dst);
+  if (ahead) work->Complete(absl::OkStatus());
   return work;
 }
 

@@ -160,7 +160,7 @@ class ProcessGroupRdv final : public c10d::ProcessGroup {
   std::vector<Peer> peers_;
   std::vector<std::unique_ptr<Watch>> watches_;
   std::atomic<int64_t> barriers_{0};  // barriers started
-  SplitCopier copier_;  // stages sends (ValueToSend)
+  SplitCopier copier_;  // stages sends (StageForSend)
 };
 
 }  // namespace rdv::pytorch

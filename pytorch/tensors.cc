@@ -24,7 +24,8 @@ void CopyForSend(const at::Tensor& tensor, Tensor& staging, SplitCopier& copier)
   at::from_blob(staging.data(), tensor.sizes(), tensor.options()).copy_(tensor);
 }
 
-// `staging`'s bytes, holding it until rdv lets go of them.
+}  // namespace
+
 absl::StatusOr<Tensor> HoldUntilReleased(Tensor staging, absl::AnyInvocable<void() &&> released) {
   void* data = staging.data();
   const size_t bytes = staging.TotalBytes();
@@ -37,8 +38,6 @@ absl::StatusOr<Tensor> HoldUntilReleased(Tensor staging, absl::AnyInvocable<void
                              });
   return Tensor::FromBuffer(dtype, shape, std::move(buffer));
 }
-
-}  // namespace
 
 absl::StatusOr<DType> DTypeOf(at::ScalarType type) {
   switch (type) {
@@ -90,17 +89,15 @@ absl::StatusOr<Tensor> WrapForSend(const at::Tensor& tensor,
   return Tensor::FromBuffer(dtype, shape, std::move(buffer));
 }
 
-absl::StatusOr<Tensor> ValueToSend(const at::Tensor& tensor, control::WorkerServer& server,
-                                   SplitCopier& copier, absl::AnyInvocable<void() &&> released) {
-  if (tensor.nbytes() >= kStageFromBytes) {
-    RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeOf(tensor.scalar_type()));
-    RDV_ASSIGN_OR_RETURN(const TensorShape shape, ShapeOf(tensor));
-    if (std::optional<Tensor> staging = server.AllocatePeerReadable(dtype, shape)) {
-      CopyForSend(tensor, *staging, copier);
-      return HoldUntilReleased(*std::move(staging), std::move(released));
-    }
-  }
-  return WrapForSend(tensor.contiguous(), std::move(released));
+absl::StatusOr<std::optional<Tensor>> StageForSend(const at::Tensor& tensor,
+                                                   control::WorkerServer& server,
+                                                   SplitCopier& copier) {
+  if (tensor.nbytes() < kStageFromBytes) return std::nullopt;
+  RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeOf(tensor.scalar_type()));
+  RDV_ASSIGN_OR_RETURN(const TensorShape shape, ShapeOf(tensor));
+  std::optional<Tensor> staging = server.AllocatePeerReadable(dtype, shape);
+  if (staging.has_value()) CopyForSend(tensor, *staging, copier);
+  return staging;
 }
 
 std::shared_ptr<Buffer> LandingOf(const at::Tensor& destination) {

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/functional/any_invocable.h"
@@ -36,22 +37,25 @@ absl::StatusOr<Tensor> WrapForSend(const at::Tensor& tensor,
 // The rdv shape of `tensor`.
 absl::StatusOr<TensorShape> ShapeOf(const at::Tensor& tensor);
 
-// What a send hands rdv for `tensor` (contiguous or not). From
+// A staged send's copy of `tensor` (contiguous or not): from
 // kStageFromBytes up, where `server`'s data plane has memory the receiver
 // copies out itself for it (WorkerServer::AllocatePeerReadable), a copy
 // there, made by `copier` (two threads; torch's copy for a strided
-// tensor): a staged send (docs/torch.md). Else the tensor's own bytes, made
-// contiguous first where they are not. Either stays referenced until rdv
-// lets go of it, then `released` runs (on whichever thread dropped the last
-// reference). Blocks for the copy.
-absl::StatusOr<Tensor> ValueToSend(const at::Tensor& tensor, control::WorkerServer& server,
-                                   SplitCopier& copier, absl::AnyInvocable<void() &&> released);
+// tensor; docs/torch.md). nullopt where the send is not staged: it goes
+// from the tensor's own bytes (WrapForSend). Blocks for the copy.
+absl::StatusOr<std::optional<Tensor>> StageForSend(const at::Tensor& tensor,
+                                                   control::WorkerServer& server,
+                                                   SplitCopier& copier);
+
+// `staging`'s bytes, held until rdv lets go of them; then `released` runs
+// (on whichever thread dropped the last reference).
+absl::StatusOr<Tensor> HoldUntilReleased(Tensor staging, absl::AnyInvocable<void() &&> released);
 
 // Staging costs the sender a copy; from here up it pays: the two copies
 // (CopyLarge's, from 4 MiB up by two threads each) cost less than UCX's
-// rendezvous reading the sender's tensor by one thread's cma. At 1 MiB the
-// two tied (docs/torch.md).
-inline constexpr size_t kStageFromBytes = size_t{2} << 20;
+// rendezvous reading the sender's tensor by one thread's cma, and a staged
+// send completes without waiting for the receiver (docs/torch.md).
+inline constexpr size_t kStageFromBytes = size_t{1} << 20;
 
 // `destination`'s storage as the landing buffer of a Recv
 // (RendezvousArgs::landing), when it is contiguous; null otherwise.

@@ -97,33 +97,48 @@ def counter(name):
 
 
 def large(rank):
-    # 2 MiB and more (these are 8 MiB) leave from memory the receiver reads itself where the
+    # 1 MiB and more (these are 8 MiB) leave from memory the receiver reads itself where the
     # data plane has it (UCX_TLS naming shared memory only): a staged copy,
     # contiguous or not, that the receiver takes byte-exact; elsewhere from
-    # the tensor itself. A send completes only once the receiver has the
-    # bytes, staged or not.
+    # the tensor itself. A staged send completes once its copy is handed
+    # over, while the copies the receiver has not taken stay within 64 MiB
+    # (PairStates::kStagedAheadBytes); any other send once the receiver has
+    # the bytes.
     values = [make(torch.float32, (1024, 2048), 1), make(torch.float32, (2048, 1024), 2).t(),
               make(torch.float32, (1024, 2048), 3)]
+    ahead = 8  # values of 8 MiB on tag 2, beside the first value's 8 MiB
     go = torch.zeros(1)
     if rank == 0:
-        first = dist.isend(values[0], 1)
-        assert not first.is_completed(), "completed before the receiver asked for it"
-        dist.send(go, 1, tag=1)
-        assert first.wait(LIMIT)
-        for value in values[1:]:
-            dist.send(value, 1)
-        # The first value of the key goes by RecvTensor, the others by the
-        # fast path: lent to be read where they were staged.
-        lent = counter("rdv_fast_path_values_lent_total")
         tls = os.environ.get("UCX_TLS", "")
         staged = set(tls.split(",")) <= {"posix", "cma", "self"}
-        assert lent == (len(values) - 1 if staged else 0), f"{lent} lent over UCX_TLS={tls}"
+        first = dist.isend(values[0], 1)
+        assert first.is_completed() == staged, f"completed before the receiver asked: " \
+            f"{first.is_completed()} over UCX_TLS={tls}"
+        more = [dist.isend(values[2], 1, tag=2) for _ in range(ahead)]
+        done = [work.is_completed() for work in more]
+        assert done == [staged] * (ahead - 1) + [False], f"{done} over UCX_TLS={tls}"
+        dist.send(go, 1, tag=1)
+        for work in [first] + more:
+            assert work.wait(LIMIT)
+        for value in values[1:]:
+            dist.send(value, 1)
+        dist.recv(go, 1, tag=3)
+        # Each key's first value goes by RecvTensor, the others by the fast
+        # path: lent to be read where they were staged.
+        lent = counter("rdv_fast_path_values_lent_total")
+        assert lent == (len(values) - 1 + ahead - 1 if staged else 0), \
+            f"{lent} lent over UCX_TLS={tls}"
     else:
         dist.recv(go, 0, tag=1)
+        for _ in range(ahead):
+            received = torch.zeros(values[2].shape, dtype=values[2].dtype)
+            dist.recv(received, 0, tag=2)
+            assert torch.equal(received, values[2])
         for value in values:
             received = torch.zeros(value.shape, dtype=value.dtype)
             dist.recv(received, 0)
             assert torch.equal(received, value), value.shape
+        dist.send(go, 0, tag=3)
 
 
 def pingpong(rank):
