@@ -112,8 +112,8 @@ def large(rank):
         tls = os.environ.get("UCX_TLS", "")
         staged = set(tls.split(",")) <= {"posix", "cma", "self"}
         first = dist.isend(values[0], 1)
-        assert first.is_completed() == staged, f"completed before the receiver asked: " \
-            f"{first.is_completed()} over UCX_TLS={tls}"
+        assert first.is_completed() == staged, \
+            f"isend complete before the receiver asked: {first.is_completed()} over UCX_TLS={tls}"
         more = [dist.isend(values[2], 1, tag=2) for _ in range(ahead)]
         done = [work.is_completed() for work in more]
         assert done == [staged] * (ahead - 1) + [False], f"{done} over UCX_TLS={tls}"
