@@ -52,8 +52,10 @@
 // a value. A value already taken still arrives, and the Recv completes with
 // it, as a slow Recv's withdrawal does (WithdrawRecvTensor).
 //
-// Not covered yet (they keep to RecvTensor): GPU destinations, string
-// tensors, transports without messages.
+// A value bound for a GPU comes into host memory and then by DMA to the
+// GPU; the Recv ends once that copy has. Not covered yet (they keep to
+// RecvTensor): values the producer holds on a GPU, string tensors,
+// transports without messages.
 #pragma once
 
 #include <atomic>

@@ -256,7 +256,7 @@ void RecvExchange::LearnFastKey(WorkerClient& worker, const Tensor& tensor) cons
   // A request carries at most kFastPathMaxDims dimensions: a value of more
   // keeps its key to RecvTensor.
   if (tensor.shape().rank() > kFastPathMaxDims) return worker.fast_keys.Forget(key_);
-  if (meta.fast_path_key() == 0 || meta.is_dead() || !destination_.is_host()) return;
+  if (meta.fast_path_key() == 0 || meta.is_dead()) return;
   worker.fast_keys.Learn(key_, KnownFastKey{meta.fast_path_key(), tensor.dtype(), tensor.shape(),
                                             std::make_shared<const std::string>(
                                                 meta.fast_path_address()),
@@ -264,23 +264,30 @@ void RecvExchange::LearnFastKey(WorkerClient& worker, const Tensor& tensor) cons
                                             meta.fast_path_get()});
 }
 
+bool NeedsCopyTo(MemoryLocation destination, const Tensor& tensor, bool is_dead) {
+  return !is_dead && !destination.is_host() && tensor.IsInitialized() &&
+         tensor.location() != destination;
+}
+
+CopyTensorDone EndWhenCopied(absl::AnyInvocable<void(absl::Status, Tensor, bool) &&> done) {
+  return [done = std::move(done)](absl::StatusOr<Tensor> copied) mutable {
+    if (copied.ok()) {
+      std::move(done)(absl::OkStatus(), *std::move(copied), false);
+    } else {
+      std::move(done)(copied.status(), Tensor(), false);
+    }
+  };
+}
+
 void RecvExchange::MoveToDestination(Tensor tensor, bool is_dead) {
-  if (is_dead || destination_.is_host() || !tensor.IsInitialized() ||
-      tensor.location() == destination_) {
+  if (!NeedsCopyTo(destination_, tensor, is_dead)) {
     std::move(done_)(absl::OkStatus(), std::move(tensor), is_dead);
     return;
   }
-  auto on_device = [self = shared_from_this()](absl::StatusOr<Tensor> copied) {
-    if (copied.ok()) {
-      std::move(self->done_)(absl::OkStatus(), *std::move(copied), false);
-    } else {
-      std::move(self->done_)(copied.status(), Tensor(), false);
-    }
-  };
   if (std::unique_ptr<ChunkedUpload> upload = upload_.Take()) {
-    upload->Finish(std::move(on_device));
+    upload->Finish(EndWhenCopied(std::move(done_)));
   } else {
-    CopyTensorAsync(tensor, destination_, std::move(on_device));
+    CopyTensorAsync(tensor, destination_, EndWhenCopied(std::move(done_)));
   }
 }
 

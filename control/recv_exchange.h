@@ -21,6 +21,7 @@
 #include "control/tensor_codec.h"
 #include "control/worker_cache.h"
 #include "core/chunked_copy.h"
+#include "core/device_copy.h"
 #include "core/memory.h"
 
 namespace rdv::control {
@@ -39,6 +40,14 @@ class StreamUpload {
   bool decided_ = false;
   std::unique_ptr<ChunkedUpload> upload_;
 };
+
+// Whether a received value must still be copied to `destination`: a live,
+// initialized tensor that is somewhere else, bound for a GPU (a host
+// destination takes the tensor where it landed).
+bool NeedsCopyTo(MemoryLocation destination, const Tensor& tensor, bool is_dead);
+
+// A device copy's callback that ends a Recv with the copy's outcome.
+CopyTensorDone EndWhenCopied(absl::AnyInvocable<void(absl::Status, Tensor, bool) &&> done);
 
 class RecvExchange : public std::enable_shared_from_this<RecvExchange> {
  public:

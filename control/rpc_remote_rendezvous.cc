@@ -10,7 +10,9 @@
 #include "control/fast_path.h"
 #include "control/peer_handshake.h"
 #include "control/protocol.h"
+#include "control/recv_exchange.h"
 #include "control/recv_tensor_call.h"
+#include "core/device_copy.h"
 #include "core/dtype.h"
 #include "core/logging.h"
 
@@ -54,6 +56,19 @@ class RecvRecord {
   const absl::Time start_ = absl::Now();
   std::string key_;
 };
+
+// A known key's value bound for a GPU comes by the fast path into host
+// memory, then by DMA: the Recv ends once the copy has, so the GPU sees the
+// bytes.
+ReadAhead::Finish ThenCopiedTo(MemoryLocation destination, ReadAhead::Finish finish) {
+  return [destination, finish = std::move(finish)](absl::Status status, Tensor tensor,
+                                                   bool is_dead) mutable {
+    if (!status.ok() || !NeedsCopyTo(destination, tensor, is_dead)) {
+      return std::move(finish)(std::move(status), std::move(tensor), is_dead);
+    }
+    CopyTensorAsync(tensor, destination, EndWhenCopied(std::move(finish)));
+  };
+}
 
 }  // namespace
 
@@ -106,8 +121,9 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
     std::move(done)(status, RendezvousArgs{}, args, tensor, is_dead);
   };
   const MemoryLocation destination = RecvDestination(key, args);
-  std::optional<KnownFastKey> known = KnownFast(key, destination, **worker);
+  std::optional<KnownFastKey> known = KnownFast(key, **worker);
   if (known.has_value()) {
+    if (!destination.is_host()) finish = ThenCopiedTo(destination, std::move(finish));
     return RecvKnown(key, args, *std::move(worker), *std::move(known), std::move(finish));
   }
   CancellationManager* const cancel = args.cancellation_manager;
@@ -207,9 +223,8 @@ size_t RpcRemoteRendezvous::ReadAheadDepth(const KnownFastKey& known, bool lands
 }
 
 std::optional<KnownFastKey> RpcRemoteRendezvous::KnownFast(const ParsedKey& key,
-                                                           MemoryLocation destination,
                                                            const WorkerClient& worker) const {
-  if (env_->fast_path == nullptr || !destination.is_host()) return std::nullopt;
+  if (env_->fast_path == nullptr) return std::nullopt;
   return worker.fast_keys.Find(key.FullKey());
 }
 
@@ -254,11 +269,11 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
   RDV_RETURN_IF_ERROR(RefusedAtOnce(key, args));
   RDV_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> worker,
                        env_->worker_cache->Get(key.src().WorkerName()));
-  const MemoryLocation destination = RecvDestination(key, args);
   // A known key's Recv is the fast path's RecvAsync, waited for here.
-  if (KnownFast(key, destination, *worker).has_value()) {
+  if (KnownFast(key, *worker).has_value()) {
     return Rendezvous::Recv(key, args, value, is_dead, timeout);
   }
+  const MemoryLocation destination = RecvDestination(key, args);
   RecvTensorRequest request = MakeRequest(key, destination, worker);
   BlockingRecvTensorCall call(std::move(worker), env_->data_plane, std::move(request),
                               destination, timeout, env_->options.peer_timeout);

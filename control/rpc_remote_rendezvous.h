@@ -88,8 +88,7 @@ class RpcRemoteRendezvous final : public Rendezvous,
   absl::Status RefusedAtOnce(const ParsedKey& key, const RendezvousArgs& args);
   // What the fast path knows of `key` from its producer, when it serves
   // this Recv (control/fast_path.h).
-  std::optional<KnownFastKey> KnownFast(const ParsedKey& key, MemoryLocation destination,
-                                        const WorkerClient& worker) const;
+  std::optional<KnownFastKey> KnownFast(const ParsedKey& key, const WorkerClient& worker) const;
   // Carries the releases queued for `worker`; starts learning how it moves
   // payloads, once.
   RecvTensorRequest MakeRequest(const ParsedKey& key, MemoryLocation destination,

@@ -53,9 +53,11 @@ for test in rdv_intra_process_test rdv_chunked_copy_test rdv_executor_test; do
   step "tests-$test" 120 "$here/bin/$test" --gtest_output="json:$results/tests-$test.json"
 done
 # The GPU cases of the cross-process suite, over the protocols that need no
-# RDMA device (this machine has none).
+# RDMA device (this machine has none), the fast path's among them.
+gpu_cases='*Gpu*/grpc:*Gpu*/grpc_ucx_tcp:*Gpu*/grpc_ucx_shm:*ForgedCudaIpc*'
+gpu_cases+=':*FastPathGpu*/grpc_ucx_tcp_fast:*FastPathGpu*/grpc_ucx_shm_fast'
 step tests-rdv_remote_conformance_test 180 "$here/bin/rdv_remote_conformance_test" \
-  --gtest_filter='*Gpu*/grpc:*Gpu*/grpc_ucx_tcp:*Gpu*/grpc_ucx_shm:*ForgedCudaIpc*' \
+  --gtest_filter="$gpu_cases" \
   --gtest_output="json:$results/tests-rdv_remote_conformance_test.json"
 
 # The Python module's tests (GPU and DLPack cases among them), this process

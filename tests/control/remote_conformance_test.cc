@@ -356,6 +356,8 @@ INSTANTIATE_TEST_SUITE_P(Protocols, RemoteFastPathTest,
                          ::testing::ValuesIn(SettingsWhere(HasFastPath)), SettingName);
 INSTANTIATE_TEST_SUITE_P(Protocols, RemoteFastPathWithoutReadAheadTest,
                          ::testing::ValuesIn(SettingsWhere(HasFastPath)), SettingName);
+INSTANTIATE_TEST_SUITE_P(Protocols, RemoteFastPathGpuTest,
+                         ::testing::ValuesIn(SettingsWhere(HasFastPath)), SettingName);
 INSTANTIATE_TEST_SUITE_P(Protocols, RemoteGpuTest, ::testing::ValuesIn(ConformanceSettings()),
                          SettingName);
 

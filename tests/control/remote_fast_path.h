@@ -51,4 +51,14 @@ class RemoteFastPathWithoutReadAheadTest : public RemoteFastPathTest {
   }
 };
 
+// The fast path where there is a GPU: without one, skipped before SetUp
+// starts the workers.
+class RemoteFastPathGpuTest : public RemoteFastPathTest {
+ protected:
+  void SetUp() override {
+    RDV_SKIP_WITHOUT_GPUS(1);
+    RemoteFastPathTest::SetUp();
+  }
+};
+
 }  // namespace rdv::control::remote_test
