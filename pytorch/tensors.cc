@@ -24,6 +24,20 @@ void CopyForSend(const at::Tensor& tensor, Tensor& staging, SplitCopier& copier)
   at::from_blob(staging.data(), tensor.sizes(), tensor.options()).copy_(tensor);
 }
 
+// `bytes` of host memory at `data`, kept alive by `owner`, as an rdv tensor
+// of `dtype` and `shape`. When rdv lets go of it, `owner` goes first, then
+// `released` runs.
+template <typename Owner>
+absl::StatusOr<Tensor> HeldBy(Owner owner, void* data, size_t bytes, DType dtype,
+                              const TensorShape& shape, absl::AnyInvocable<void() &&> released) {
+  auto buffer = Buffer::Wrap(data, bytes, MemoryLocation::Host(),
+                             [keep = std::move(owner), released = std::move(released)]() mutable {
+                               keep = Owner();
+                               std::move(released)();
+                             });
+  return Tensor::FromBuffer(dtype, shape, std::move(buffer));
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> HoldUntilReleased(Tensor staging, absl::AnyInvocable<void() &&> released) {
@@ -31,12 +45,7 @@ absl::StatusOr<Tensor> HoldUntilReleased(Tensor staging, absl::AnyInvocable<void
   const size_t bytes = staging.TotalBytes();
   const DType dtype = staging.dtype();
   const TensorShape shape = staging.shape();
-  auto buffer = Buffer::Wrap(data, bytes, MemoryLocation::Host(),
-                             [keep = std::move(staging), released = std::move(released)]() mutable {
-                               keep = Tensor();
-                               std::move(released)();
-                             });
-  return Tensor::FromBuffer(dtype, shape, std::move(buffer));
+  return HeldBy(std::move(staging), data, bytes, dtype, shape, std::move(released));
 }
 
 absl::StatusOr<DType> DTypeOf(at::ScalarType type) {
@@ -80,13 +89,8 @@ absl::StatusOr<TensorShape> ShapeOf(const at::Tensor& tensor) {
 absl::StatusOr<Tensor> WrapForSend(const at::Tensor& tensor,
                                    absl::AnyInvocable<void() &&> released) {
   RDV_ASSIGN_OR_RETURN(const DType dtype, DTypeOf(tensor.scalar_type()));
-  RDV_ASSIGN_OR_RETURN(TensorShape shape, ShapeOf(tensor));
-  auto buffer = Buffer::Wrap(tensor.data_ptr(), tensor.nbytes(), MemoryLocation::Host(),
-                             [keep = tensor, released = std::move(released)]() mutable {
-                               keep = at::Tensor();
-                               std::move(released)();
-                             });
-  return Tensor::FromBuffer(dtype, shape, std::move(buffer));
+  RDV_ASSIGN_OR_RETURN(const TensorShape shape, ShapeOf(tensor));
+  return HeldBy(tensor, tensor.data_ptr(), tensor.nbytes(), dtype, shape, std::move(released));
 }
 
 absl::StatusOr<std::optional<Tensor>> StageForSend(const at::Tensor& tensor,
