@@ -1,7 +1,7 @@
 // The fast path's fixtures of the cross-process conformance suite
-// (remote_conformance.h): its cases are in remote_fast_path_test.cc and
-// remote_fast_path_metadata_test.cc, its instantiations in
-// remote_conformance_test.cc with the others.
+// (remote_conformance.h): its cases are in remote_fast_path_test.cc,
+// remote_fast_path_metadata_test.cc and remote_fast_path_gpu_test.cc, its
+// instantiations in remote_conformance_test.cc with the others.
 #pragma once
 
 #include <cstdint>
