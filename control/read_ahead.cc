@@ -80,6 +80,23 @@ std::shared_ptr<ReadAhead::Slot> ReadAhead::Take(absl::string_view key, size_t d
       state.slots.push_back(started->back());
     }
   }
+  return PopOldest(state);
+}
+
+std::shared_ptr<ReadAhead::Slot> ReadAhead::TakeLeft(absl::string_view key) {
+  std::lock_guard lock(mu_);
+  auto it = keys_.find(key);
+  if (it == keys_.end() || it->second.slots.empty()) return nullptr;
+  return PopOldest(it->second);
+}
+
+bool ReadAhead::HasLeft(absl::string_view key) {
+  std::lock_guard lock(mu_);
+  auto it = keys_.find(key);
+  return it != keys_.end() && !it->second.slots.empty();
+}
+
+std::shared_ptr<ReadAhead::Slot> ReadAhead::PopOldest(KeyState& state) {
   std::shared_ptr<Slot> taken = std::move(state.slots.front());
   state.slots.pop_front();
   return taken;

@@ -90,6 +90,12 @@ class ReadAhead {
   // caller starts, oldest first, without holding locks a call's end takes.
   std::shared_ptr<Slot> Take(absl::string_view key, size_t depth,
                              std::vector<std::shared_ptr<Slot>>* started);
+  // A Recv of `key` once the fast path forgot it (a value that cannot come
+  // fast, as a string, came): the oldest slot still asked for, which must go
+  // to it before the producer's later values do, or null. Asks for nothing.
+  std::shared_ptr<Slot> TakeLeft(absl::string_view key);
+  // Whether TakeLeft would find a slot now.
+  bool HasLeft(absl::string_view key);
   // The Recv that claimed `slot` is cancelled. True when it is withdrawn
   // from the slot before the value came (its finish, the claim's, is in
   // `finish` for the caller to end), and the slot goes first in line
@@ -104,6 +110,7 @@ class ReadAhead {
     int64_t recvs = 0;
     std::deque<std::shared_ptr<Slot>> slots;  // oldest first, none claimed
   };
+  static std::shared_ptr<Slot> PopOldest(KeyState& state);
   std::mutex mu_;
   absl::flat_hash_map<std::string, KeyState> keys_;  // mu_
 };

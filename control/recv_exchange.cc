@@ -253,10 +253,14 @@ void RecvExchange::Finish(absl::Status status) {
 
 void RecvExchange::LearnFastKey(WorkerClient& worker, const Tensor& tensor) const {
   const TensorMeta& meta = decoder_->meta();
-  // A request carries at most kFastPathMaxDims dimensions: a value of more
-  // keeps its key to RecvTensor.
-  if (tensor.shape().rank() > kFastPathMaxDims) return worker.fast_keys.Forget(key_);
-  if (meta.fast_path_key() == 0 || meta.is_dead()) return;
+  if (meta.is_dead()) return;
+  // A value the producer gave no id for (a string, a value it holds on a
+  // GPU) or of more dimensions than a request carries could not have come
+  // fast: its key keeps to RecvTensor until one that can, rather than
+  // asking fast each time only to be told to take RecvTensor.
+  if (meta.fast_path_key() == 0 || tensor.shape().rank() > kFastPathMaxDims) {
+    return worker.fast_keys.Forget(key_);
+  }
   worker.fast_keys.Learn(key_, KnownFastKey{meta.fast_path_key(), tensor.dtype(), tensor.shape(),
                                             std::make_shared<const std::string>(
                                                 meta.fast_path_address()),

@@ -126,10 +126,38 @@ void RpcRemoteRendezvous::RecvRemote(const ParsedKey& key, const RendezvousArgs&
     if (!destination.is_host()) finish = ThenCopiedTo(destination, std::move(finish));
     return RecvKnown(key, args, *std::move(worker), *std::move(known), std::move(finish));
   }
+  if (std::shared_ptr<ReadAhead::Slot> left = read_ahead_.TakeLeft(key.FullKey())) {
+    return AwaitLeft(key, args, *std::move(worker), destination, std::move(left),
+                     std::move(finish));
+  }
+  RecvByRecvTensor(key, args, *std::move(worker), destination, std::move(finish));
+}
+
+void RpcRemoteRendezvous::AwaitLeft(const ParsedKey& key, const RendezvousArgs& args,
+                                    std::shared_ptr<WorkerClient> worker,
+                                    MemoryLocation destination,
+                                    std::shared_ptr<ReadAhead::Slot> slot, Finish finish) {
+  AwaitAhead(key, args, std::move(slot),
+             [self = shared_from_this(), key, args, worker = std::move(worker), destination,
+              finish = std::move(finish)](absl::Status status, Tensor value,
+                                          bool is_dead) mutable {
+               // Not served: the producer still has this value for the Recv.
+               if (IsNotServedAhead(status)) {
+                 return self->RecvByRecvTensor(key, args, std::move(worker), destination,
+                                               std::move(finish));
+               }
+               if (!destination.is_host()) finish = ThenCopiedTo(destination, std::move(finish));
+               std::move(finish)(std::move(status), std::move(value), is_dead);
+             });
+}
+
+void RpcRemoteRendezvous::RecvByRecvTensor(const ParsedKey& key, const RendezvousArgs& args,
+                                           std::shared_ptr<WorkerClient> worker,
+                                           MemoryLocation destination, Finish finish) {
   CancellationManager* const cancel = args.cancellation_manager;
   const CancellationManager::Token token = cancel ? cancel->NewToken() : 0;
-  RecvTensorRequest request = MakeRequest(key, destination, *worker);
-  auto* call = new RecvTensorCall(*std::move(worker), env_->data_plane, std::move(request),
+  RecvTensorRequest request = MakeRequest(key, destination, worker);
+  auto* call = new RecvTensorCall(std::move(worker), env_->data_plane, std::move(request),
                                   destination, DetachFrom(cancel, token), std::move(finish),
                                   args.landing);
   Hook(call, key.FullKey(), cancel, token);
@@ -269,8 +297,9 @@ absl::Status RpcRemoteRendezvous::Recv(const ParsedKey& key, const RendezvousArg
   RDV_RETURN_IF_ERROR(RefusedAtOnce(key, args));
   RDV_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> worker,
                        env_->worker_cache->Get(key.src().WorkerName()));
-  // A known key's Recv is the fast path's RecvAsync, waited for here.
-  if (KnownFast(key, *worker).has_value()) {
+  // A known key's Recv is the fast path's RecvAsync, waited for here; so is
+  // one that takes a value read ahead before the fast path forgot the key.
+  if (KnownFast(key, *worker).has_value() || read_ahead_.HasLeft(key.FullKey())) {
     return Rendezvous::Recv(key, args, value, is_dead, timeout);
   }
   const MemoryLocation destination = RecvDestination(key, args);

@@ -76,6 +76,15 @@ class RpcRemoteRendezvous final : public Rendezvous,
                                         std::shared_ptr<WorkerClient> worker, KnownFastKey known,
                                         const std::shared_ptr<ReadAhead::Slot>& ahead,
                                         Finish finish);
+  // A Recv of a key the fast path does not know that takes a value read
+  // ahead before it forgot the key, or by RecvTensor when the producer did
+  // not serve that one.
+  void AwaitLeft(const ParsedKey& key, const RendezvousArgs& args,
+                 std::shared_ptr<WorkerClient> worker, MemoryLocation destination,
+                 std::shared_ptr<ReadAhead::Slot> slot, Finish finish);
+  void RecvByRecvTensor(const ParsedKey& key, const RendezvousArgs& args,
+                        std::shared_ptr<WorkerClient> worker, MemoryLocation destination,
+                        Finish finish);
   // The Recv waits for `slot`'s value; its cancellation gives the slot back.
   void AwaitAhead(const ParsedKey& key, const RendezvousArgs& args,
                   std::shared_ptr<ReadAhead::Slot> slot, Finish finish);

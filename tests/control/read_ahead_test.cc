@@ -90,5 +90,24 @@ TEST(ReadAheadTest, AWithdrawnClaimPutsItsSlotFirstInLine) {
   EXPECT_EQ(read_ahead.Take("key", 2, &started), first);
 }
 
+// A key the fast path forgot still hands out what it read ahead, oldest
+// first, and asks for nothing more.
+TEST(ReadAheadTest, AForgottenKeysSlotsAreTakenInOrderAndNoneAdded) {
+  ReadAhead read_ahead;
+  Slots started;
+  EXPECT_FALSE(read_ahead.HasLeft("key"));
+  EXPECT_EQ(read_ahead.TakeLeft("key"), nullptr);
+  read_ahead.Take("key", 2, &started);
+  read_ahead.Take("key", 2, &started);
+  ASSERT_EQ(started.size(), 3u);
+  for (size_t i = 1; i < started.size(); ++i) {
+    EXPECT_TRUE(read_ahead.HasLeft("key")) << i;
+    EXPECT_EQ(read_ahead.TakeLeft("key"), started[i]) << i;
+  }
+  EXPECT_FALSE(read_ahead.HasLeft("key"));
+  EXPECT_EQ(read_ahead.TakeLeft("key"), nullptr);
+  EXPECT_EQ(started.size(), 3u);
+}
+
 }  // namespace
 }  // namespace rdv::control

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "control/fast_path.h"
 #include "control/read_ahead.h"
 #include "core/buffer.h"
@@ -119,30 +120,75 @@ TEST_P(RemoteFastPathTest, FastPathKeyGrowingIntoMappedSegmentsIsLentAfter) {
       << HeldInAll(Holdings()) << " values still held";
 }
 
-// A request carries at most kFastPathMaxDims dimensions. A key whose
-// values have more keeps to RecvTensor, and takes the fast path again
-// once they have fewer; every value comes right.
-TEST_P(RemoteFastPathTest, FastPathValuesOfMoreDimensionsThanARequestCarries) {
-  const ParsedKey key = Key("many_dims");
+// Values the fast path cannot ask for: strings, and values of more
+// dimensions than a request carries (as values the producer holds on a GPU,
+// which need one to test).
+struct OddValue {
+  const char* name;
+  DType dtype;
+  std::vector<int64_t> dims;
+};
+std::vector<OddValue> OddValues() {
+  return {{"string", DType::kString, {3}},
+          {"nine_dims", DType::kFloat, std::vector<int64_t>(kFastPathMaxDims + 1, 2)}};
+}
+
+// A key whose values cannot come fast keeps to RecvTensor: the answer that
+// brings the first such value forgets the key, so that the Recvs after it
+// ask no question whose answer can only be "take RecvTensor". The key takes
+// the fast path again once its values can; every value comes right.
+TEST_P(RemoteFastPathTest, FastPathKeyWhoseValuesCannotComeFastKeepsToRecvTensor) {
   const FastPath& fast = *consumer_->fast_path();
-  const std::vector<int64_t> nine(kFastPathMaxDims + 1, 2);
-  ASSERT_TRUE(Produce(81, {Item(key, DType::kFloat, {8}, 1)}).ok());
-  ExpectPattern(81, key, 1, 32);
-  const int64_t fast_before_nine = fast.recvs_started();
-  for (uint32_t seed = 2; seed < 5; ++seed) {
-    ASSERT_TRUE(Produce(81, {Item(key, DType::kFloat, nine, seed)}).ok());
-    ExpectPattern(81, key, seed, 4 << nine.size());
+  constexpr int64_t kStep = 81;
+  for (const OddValue& odd : OddValues()) {
+    SCOPED_TRACE(odd.name);
+    const ParsedKey key = Key(absl::StrCat("cannot_", odd.name));
+    ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, 1)}).ok());
+    ExpectPattern(kStep, key, 1, 32);
+    const int64_t fast_before_odd = fast.recvs_started();
+    for (uint32_t seed = 2; seed < 5; ++seed) {
+      ASSERT_TRUE(Produce(kStep, {Item(key, odd.dtype, odd.dims, seed)}).ok());
+      ExpectPatternOf(kStep, key, odd.dtype, seed);
+    }
+    // Only the first asks fast (with the shape of before), and is told to
+    // fetch the value by RecvTensor, which forgets the key.
+    EXPECT_EQ(fast.recvs_started() - fast_before_odd, 1);
+    const int64_t fast_before_floats = fast.recvs_started();
+    for (uint32_t seed = 5; seed < 10; ++seed) {
+      ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {8}, seed)}).ok());
+      ExpectPattern(kStep, key, seed, 32);
+    }
+    EXPECT_GE(fast.recvs_started() - fast_before_floats, 1);
   }
-  // Only the first asks fast (with the shape of before), and is told to
-  // fetch the value by RecvTensor, which forgets the key.
-  EXPECT_EQ(fast.recvs_started() - fast_before_nine, 1);
-  const int64_t fast_before_one = fast.recvs_started();
-  for (uint32_t seed = 5; seed < 10; ++seed) {
-    ASSERT_TRUE(Produce(81, {Item(key, DType::kFloat, {8}, seed)}).ok());
-    ExpectPattern(81, key, seed, 32);
-  }
-  EXPECT_GE(fast.recvs_started() - fast_before_one, 1);
   EXPECT_EQ(fast.refused(), 0);
+}
+
+// A FIFO key read ahead whose next value cannot come fast keeps its order:
+// the values asked for ahead of it still go to the Recvs after it, which
+// take RecvTensor only once none is left.
+TEST_P(RemoteFastPathTest, FastPathKeyLeavingItMidFifoKeepsTheOrder) {
+  constexpr int64_t kStep = 86;
+  constexpr uint32_t kOddSeed = 4;
+  constexpr uint32_t kLast = kOddSeed + ReadAhead::kMaxValues + 4;
+  for (const OddValue& odd : OddValues()) {
+    SCOPED_TRACE(odd.name);
+    const ParsedKey key = Key(absl::StrCat("leaves_", odd.name));
+    // The first by RecvTensor, the second fast, the third reads ahead.
+    for (uint32_t seed = 1; seed < kOddSeed; ++seed) {
+      ASSERT_TRUE(Produce(kStep, {Item(key, DType::kFloat, {4}, seed)}).ok());
+      ExpectPattern(kStep, key, seed, 16);
+    }
+    std::vector<ProduceItem> items = {Item(key, odd.dtype, odd.dims, kOddSeed)};
+    for (uint32_t seed = kOddSeed + 1; seed <= kLast; ++seed) {
+      items.push_back(Item(key, DType::kFloat, {4}, seed));
+    }
+    ASSERT_TRUE(Produce(kStep, std::move(items)).ok());
+    ExpectPatternOf(kStep, key, odd.dtype, kOddSeed);
+    for (uint32_t seed = kOddSeed + 1; seed <= kLast; ++seed) {
+      ExpectPattern(kStep, key, seed, 16);
+    }
+  }
+  EXPECT_EQ(consumer_->fast_path()->refused(), 0);
 }
 
 // A held request asks for a value the producer holds for it after a
