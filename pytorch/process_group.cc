@@ -61,7 +61,9 @@ absl::StatusOr<control::WorkerServerOptions> OptionsFor(int rank) {
                        control::WorkerServerOptions::FromEnvironment());
   options.job = kJob;
   options.task = rank;
-  options.protocol = "grpc";
+  // The data plane by default: over `grpc` alone a send costs gRPC calls,
+  // several times slower than gloo at every size (docs/torch.md).
+  options.protocol = "grpc+ucx";
   env::ReadText("RDV_PROTOCOL", &options.protocol);
   env::ReadText("RDV_LISTEN_ADDRESS", &options.listen_address);
   RDV_RETURN_IF_ERROR(CheckListenAddress(options.listen_address));

@@ -10,8 +10,8 @@ Importing this module registers the backend "rdv" (once per process):
     dist.recv(t, src=0)                         # rank 1
 
 Each rank runs an rdv worker; the ranks exchange their addresses through
-torch's store. RDV_PROTOCOL (default "grpc") picks the protocol, e.g.
-"grpc+ucx"; RDV_LISTEN_ADDRESS (default "127.0.0.1:0") the address the
+torch's store. RDV_PROTOCOL (default "grpc+ucx") picks the protocol, e.g.
+"grpc" or "grpc+verbs"; RDV_LISTEN_ADDRESS (default "127.0.0.1:0") the address the
 worker listens on and publishes; every other RDV_* variable applies as
 for rdv-worker. send, recv, isend, irecv and barrier move dense CPU
 tensors; other collectives raise and point to gloo. The group's stats()

@@ -156,6 +156,25 @@ def pingpong(rank):
             dist.send(value, 0)
 
 
+def default_protocol(rank):
+    # Without RDV_PROTOCOL the group runs grpc+ucx, whose fast path carries
+    # a channel's messages after its first.
+    assert "RDV_PROTOCOL" not in os.environ
+    protocol = dist.distributed_c10d._get_default_group().protocol
+    assert protocol == "grpc+ucx", protocol
+    value = torch.arange(16.0)
+    for _ in range(3):
+        if rank == 0:
+            dist.send(value, 1)
+        else:
+            received = torch.empty(16)
+            dist.recv(received, 0)
+            assert torch.equal(received, value)
+    dist.barrier()
+    if rank == 1:
+        assert counter("rdv_fast_path_recvs_started_total") >= 1
+
+
 def pipeline(rank):
     microbatches = 8
     for i in range(microbatches):
@@ -247,7 +266,7 @@ def killed_peer(rank):
 SCENARIOS = {name: function for name, function in globals().items()
              if callable(function) and name in
              {"dtypes", "overlap", "pingpong", "pipeline", "mismatch", "misuse", "barrier",
-              "killed_peer", "groups", "large"}}
+              "killed_peer", "groups", "large", "default_protocol"}}
 
 
 def main():

@@ -16,7 +16,11 @@ LIMIT_S = 120
 
 
 def run_ranks(scenario, world_size, protocol, tmp_path, environment=None):
-    env = dict(os.environ, RDV_PROTOCOL=protocol, **(environment or {}))
+    """`protocol` None: RDV_PROTOCOL unset, the backend's default."""
+    env = dict(os.environ, **(environment or {}))
+    env.pop("RDV_PROTOCOL", None)
+    if protocol is not None:
+        env["RDV_PROTOCOL"] = protocol
     store = tmp_path / "store"
     ranks = [subprocess.Popen([sys.executable, os.path.join(HERE, "ranks.py"), scenario,
                                str(rank), str(world_size), str(store)],
@@ -52,6 +56,10 @@ def test_two_ranks(scenario, protocol, tmp_path):
 @pytest.mark.parametrize("scenario", ["pipeline", "groups"])
 def test_three_ranks(scenario, protocol, tmp_path):
     assert_ok(run_ranks(scenario, 3, protocol, tmp_path))
+
+
+def test_the_default_protocol_is_grpc_ucx(tmp_path):
+    assert_ok(run_ranks("default_protocol", 2, None, tmp_path))
 
 
 @pytest.mark.parametrize("tls", ["posix,cma,self", "tcp"])
