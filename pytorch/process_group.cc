@@ -1,6 +1,7 @@
 #include "pytorch/process_group.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -116,9 +117,14 @@ c10::intrusive_ptr<ProcessGroupRdv> ProcessGroupRdv::Create(
   const absl::Duration peer_timeout = options->control.peer_timeout;
   auto server = control::WorkerServer::Start(*std::move(options));
   if (!server.ok()) {
-    Throw(absl::Status(server.status().code(),
-                       absl::StrCat("rank ", rank, " could not start its worker (RDV_PROTOCOL=",
-                                    protocol, "): ", server.status().message())));
+    // Where the user chose nothing, say how to choose.
+    const char* const chosen = std::getenv("RDV_PROTOCOL");
+    Throw(absl::Status(
+        server.status().code(),
+        absl::StrCat("rank ", rank, " could not start its worker (RDV_PROTOCOL=", protocol,
+                     chosen == nullptr ? ", the default; RDV_PROTOCOL=grpc needs no data plane"
+                                       : "",
+                     "): ", server.status().message())));
   }
   c10::intrusive_ptr<ProcessGroupRdv> group = c10::make_intrusive<ProcessGroupRdv>(
       rank, size, timeout, *std::move(server), protocol, peer_timeout);

@@ -62,6 +62,14 @@ def test_the_default_protocol_is_grpc_ucx(tmp_path):
     assert_ok(run_ranks("default_protocol", 2, None, tmp_path))
 
 
+def test_a_default_protocol_that_cannot_start_says_how_to_choose_another(tmp_path):
+    [(code, out, err)] = run_ranks("default_protocol", 1, None, tmp_path, {"UCX_TLS": "bogus"})
+    assert code != 0 and out.strip() != "ok", (code, out, err)
+    assert ("could not start its worker (RDV_PROTOCOL=grpc+ucx, the default; "
+            "RDV_PROTOCOL=grpc needs no data plane)") in err, err
+    assert "UCX_TLS" in err, err
+
+
 @pytest.mark.parametrize("tls", ["posix,cma,self", "tcp"])
 def test_large_sends_staged_only_where_the_receiver_reads_them(tls, tmp_path):
     assert_ok(run_ranks("large", 2, "grpc+ucx", tmp_path, {"UCX_TLS": tls}))
