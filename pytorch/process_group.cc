@@ -1,7 +1,6 @@
 #include "pytorch/process_group.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -57,15 +56,18 @@ absl::Status CheckListenAddress(const std::string& address) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<control::WorkerServerOptions> OptionsFor(int rank) {
+// `default_protocol`: RDV_PROTOCOL was unset.
+absl::StatusOr<control::WorkerServerOptions> OptionsFor(int rank, bool* default_protocol) {
   RDV_ASSIGN_OR_RETURN(control::WorkerServerOptions options,
                        control::WorkerServerOptions::FromEnvironment());
   options.job = kJob;
   options.task = rank;
+  options.protocol.clear();
+  env::ReadText("RDV_PROTOCOL", &options.protocol);
+  *default_protocol = options.protocol.empty();
   // The data plane by default: over `grpc` alone a send costs gRPC calls,
   // several times slower than gloo at every size (docs/torch.md).
-  options.protocol = "grpc+ucx";
-  env::ReadText("RDV_PROTOCOL", &options.protocol);
+  if (*default_protocol) options.protocol = "grpc+ucx";
   env::ReadText("RDV_LISTEN_ADDRESS", &options.listen_address);
   RDV_RETURN_IF_ERROR(CheckListenAddress(options.listen_address));
   return options;
@@ -111,20 +113,19 @@ c10::intrusive_ptr<ProcessGroupRdv> ProcessGroupRdv::Create(
   if (size < 1 || rank < 0 || rank >= size) {
     Throw(absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of a group of ", size)));
   }
-  auto options = OptionsFor(rank);
+  bool default_protocol = false;
+  auto options = OptionsFor(rank, &default_protocol);
   if (!options.ok()) Throw(options.status());
   const std::string protocol = options->protocol;
   const absl::Duration peer_timeout = options->control.peer_timeout;
   auto server = control::WorkerServer::Start(*std::move(options));
   if (!server.ok()) {
     // Where the user chose nothing, say how to choose.
-    const char* const chosen = std::getenv("RDV_PROTOCOL");
-    Throw(absl::Status(
-        server.status().code(),
-        absl::StrCat("rank ", rank, " could not start its worker (RDV_PROTOCOL=", protocol,
-                     chosen == nullptr ? ", the default; RDV_PROTOCOL=grpc needs no data plane"
-                                       : "",
-                     "): ", server.status().message())));
+    const char* hint =
+        default_protocol ? ", the default; RDV_PROTOCOL=grpc needs no data plane" : "";
+    Throw(absl::Status(server.status().code(),
+                       absl::StrCat("rank ", rank, " could not start its worker (RDV_PROTOCOL=",
+                                    protocol, hint, "): ", server.status().message())));
   }
   c10::intrusive_ptr<ProcessGroupRdv> group = c10::make_intrusive<ProcessGroupRdv>(
       rank, size, timeout, *std::move(server), protocol, peer_timeout);

@@ -299,17 +299,6 @@ class RemoteConformanceTest : public ::testing::TestWithParam<ProtocolSetting> {
     EXPECT_TRUE(VerifyPattern(value, seed).ok()) << "seed " << seed;
   }
 
-  // Receives the next value of `key` in `step`, of any size, and checks its
-  // dtype and bytes.
-  void ExpectPatternOf(int64_t step, const ParsedKey& key, DType dtype, uint32_t seed) {
-    Tensor value;
-    bool is_dead = true;
-    const absl::Status status = Recv(step, key, &value, &is_dead);
-    ASSERT_TRUE(status.ok()) << status;
-    EXPECT_EQ(value.dtype(), dtype);
-    EXPECT_TRUE(VerifyPattern(value, seed).ok()) << "seed " << seed;
-  }
-
   // A Recv whose value does not matter, only how it ended.
   absl::Status RecvStatus(int64_t step, const ParsedKey& key) {
     Tensor value;

@@ -128,6 +128,17 @@ struct OddValue {
   DType dtype;
   std::vector<int64_t> dims;
 };
+// Receives the next value of `key` in `step`, of any size, and checks its
+// dtype and bytes.
+void ExpectPatternOf(Rendezvous& step, const ParsedKey& key, DType dtype, uint32_t seed) {
+  Tensor value;
+  bool is_dead = true;
+  const absl::Status status = step.Recv(key, {}, &value, &is_dead, kWaitLimit);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(value.dtype(), dtype);
+  EXPECT_TRUE(VerifyPattern(value, seed).ok()) << "seed " << seed;
+}
+
 std::vector<OddValue> OddValues() {
   return {{"string", DType::kString, {3}},
           {"nine_dims", DType::kFloat, std::vector<int64_t>(kFastPathMaxDims + 1, 2)}};
@@ -148,7 +159,7 @@ TEST_P(RemoteFastPathTest, FastPathKeyWhoseValuesCannotComeFastKeepsToRecvTensor
     const int64_t fast_before_odd = fast.recvs_started();
     for (uint32_t seed = 2; seed < 5; ++seed) {
       ASSERT_TRUE(Produce(kStep, {Item(key, odd.dtype, odd.dims, seed)}).ok());
-      ExpectPatternOf(kStep, key, odd.dtype, seed);
+      ExpectPatternOf(*consumer_->rendezvous_mgr().Find(kStep), key, odd.dtype, seed);
     }
     // Only the first asks fast (with the shape of before), and is told to
     // fetch the value by RecvTensor, which forgets the key.
@@ -183,7 +194,7 @@ TEST_P(RemoteFastPathTest, FastPathKeyLeavingItMidFifoKeepsTheOrder) {
       items.push_back(Item(key, DType::kFloat, {4}, seed));
     }
     ASSERT_TRUE(Produce(kStep, std::move(items)).ok());
-    ExpectPatternOf(kStep, key, odd.dtype, kOddSeed);
+    ExpectPatternOf(*consumer_->rendezvous_mgr().Find(kStep), key, odd.dtype, kOddSeed);
     for (uint32_t seed = kOddSeed + 1; seed <= kLast; ++seed) {
       ExpectPattern(kStep, key, seed, 16);
     }
