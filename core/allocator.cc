@@ -1,5 +1,8 @@
 #include "core/allocator.h"
 
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
@@ -7,6 +10,20 @@
 
 namespace rdv {
 namespace {
+
+// Where the kernel gives huge pages on request (transparent_hugepage
+// "madvise", Debian's default), a large tensor asks for them: its first
+// touch then faults once per 2 MiB instead of once per 4 KiB. Filling
+// 2.5 GiB took 2.4-4.9 s with them and 7.6 s without on this project's
+// machines. Only whole huge pages inside the block are advised, so memory
+// beyond it is never affected; a kernel that refuses changes nothing.
+void AdviseHugePages(void* ptr, size_t bytes) {
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(ptr);
+  const uintptr_t begin = (start + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t end = (start + bytes) & ~(kHugePage - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
 
 class AlignedHostAllocator final : public Allocator {
  public:
@@ -19,12 +36,18 @@ class AlignedHostAllocator final : public Allocator {
       return absl::ResourceExhaustedError(
           absl::StrCat("host allocator: out of memory allocating ", bytes, " bytes"));
     }
+    if (bytes >= kHugePageFrom) AdviseHugePages(ptr, bytes);
     return ptr;
   }
 
   void Deallocate(void* ptr, size_t /*bytes*/) override {
     ::operator delete(ptr, std::align_val_t{kAlignment});
   }
+
+ private:
+  // Smaller blocks hold at most one whole huge page, and come from the
+  // heap, whose pages a process keeps for the next block.
+  static constexpr size_t kHugePageFrom = size_t{4} << 20;
 };
 
 }  // namespace

@@ -1,0 +1,65 @@
+#include "core/allocator.h"
+
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace rdv {
+namespace {
+
+// The VmFlags line of the mapping in /proc/self/smaps that holds `address`,
+// or "" when none does.
+std::string VmFlagsAt(const void* address) {
+  const auto target = reinterpret_cast<uintptr_t>(address);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t begin = 0;
+    uintptr_t end = 0;
+    char space = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR "%c", &begin, &end, &space) == 3 &&
+        space == ' ') {
+      inside = begin <= target && target < end;
+    } else if (inside && absl::StartsWith(line, "VmFlags:")) {
+      return line;
+    }
+  }
+  return "";
+}
+
+constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+
+void* FirstHugePageIn(void* block) {
+  return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(block) + kHugePage - 1) &
+                                 ~(kHugePage - 1));
+}
+
+TEST(HostAllocatorTest, ALargeBlockAsksForHugePages) {
+  const size_t bytes = size_t{16} << 20;
+  absl::StatusOr<void*> block = HostAllocator()->Allocate(bytes);
+  ASSERT_TRUE(block.ok()) << block.status();
+  const std::string flags = VmFlagsAt(FirstHugePageIn(*block));
+  HostAllocator()->Deallocate(*block, bytes);
+  EXPECT_TRUE(absl::StrContains(flags, " hg")) << flags;
+}
+
+TEST(HostAllocatorTest, ASmallBlockLeavesItsPagesAlone) {
+  const size_t bytes = size_t{1} << 20;
+  absl::StatusOr<void*> block = HostAllocator()->Allocate(bytes);
+  ASSERT_TRUE(block.ok()) << block.status();
+  std::memset(*block, 1, bytes);  // the whole size is usable (ASan checks)
+  const std::string flags = VmFlagsAt(*block);
+  HostAllocator()->Deallocate(*block, bytes);
+  ASSERT_FALSE(flags.empty());
+  EXPECT_FALSE(absl::StrContains(flags, " hg")) << flags;
+}
+
+}  // namespace
+}  // namespace rdv
