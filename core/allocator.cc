@@ -45,8 +45,8 @@ class AlignedHostAllocator final : public Allocator {
   }
 
  private:
-  // Smaller blocks hold at most one whole huge page, and come from the
-  // heap, whose pages a process keeps for the next block.
+  // A smaller block holds at most one whole huge page: too few faults
+  // saved to pay for the call.
   static constexpr size_t kHugePageFrom = size_t{4} << 20;
 };
 
