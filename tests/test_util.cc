@@ -1,9 +1,13 @@
 #include "tests/test_util.h"
 
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
@@ -61,6 +65,35 @@ bool PollUntil(const std::function<bool()>& condition, absl::Duration limit) {
 bool HaveRdmaDevice() {
   std::error_code error;
   return !std::filesystem::is_empty("/sys/class/infiniband", error) && !error;
+}
+
+std::vector<Mapping> Mappings() {
+  std::vector<Mapping> mappings;
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  while (std::getline(smaps, line)) {
+    Mapping header;
+    size_t rss_kib = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " %*s %*s %*s %" SCNu64, &header.begin,
+                    &header.end, &header.inode) == 3) {
+      mappings.push_back(header);
+    } else if (mappings.empty()) {
+      continue;
+    } else if (std::sscanf(line.c_str(), "Rss: %zu kB", &rss_kib) == 1) {
+      mappings.back().rss_bytes = rss_kib << 10;
+    } else if (absl::StartsWith(line, "VmFlags:")) {
+      mappings.back().vm_flags = line;
+    }
+  }
+  return mappings;
+}
+
+std::optional<Mapping> MappingAt(const void* address) {
+  const auto target = reinterpret_cast<uintptr_t>(address);
+  for (Mapping& mapping : Mappings()) {
+    if (mapping.begin <= target && target < mapping.end) return std::move(mapping);
+  }
+  return std::nullopt;
 }
 
 }  // namespace rdv::testing

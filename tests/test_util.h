@@ -64,6 +64,18 @@ bool PollUntil(const std::function<bool()>& condition, absl::Duration limit = kW
 // Whether this machine has an RDMA device (rdma-core lists them in sysfs).
 bool HaveRdmaDevice();
 
+// One mapping of this process, as /proc/self/smaps describes it.
+struct Mapping {
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+  uint64_t inode = 0;      // a System V segment's is its id
+  size_t rss_bytes = 0;    // its pages mapped now
+  std::string vm_flags;    // the VmFlags line
+};
+std::vector<Mapping> Mappings();
+// The mapping that holds `address`; nullopt when none does.
+std::optional<Mapping> MappingAt(const void* address);
+
 }  // namespace rdv::testing
 
 // Skips a test that needs `n` CUDA devices, saying why there are fewer.

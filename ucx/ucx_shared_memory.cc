@@ -1,6 +1,7 @@
 #include "ucx/ucx_shared_memory.h"
 
 #include <sys/ipc.h>
+#include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +17,22 @@ namespace rdv::ucx_plugin {
 
 using plugin_support::SetError;
 
+namespace {
+
+// Maps every page of `length` bytes at `address` now, in one call, where
+// touching them one by one would fault once per 4 KiB page: the segment's
+// pages are not huge (shmem_enabled is `never` by default), and faults are
+// dear (docs/configuration.md, "Shared-memory segments"). EINVAL: a kernel
+// before 5.14, which lacks the advice; the pages then fault as they are
+// touched.
+int MapPagesNow(void* address, size_t length, bool writable) {
+  const int advice = writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+  if (madvise(address, length, advice) == 0 || errno == EINVAL) return 0;
+  return errno;
+}
+
+}  // namespace
+
 int AllocateSegment(size_t length, SharedSegment* out, rdv_transport_error_t* error) {
   const int id = shmget(IPC_PRIVATE, length, IPC_CREAT | 0600);
   if (id < 0) {
@@ -29,6 +46,12 @@ int AllocateSegment(size_t length, SharedSegment* out, rdv_transport_error_t* er
   if (address == reinterpret_cast<void*>(-1)) {
     return SetError(error, RDV_TRANSPORT_RESOURCE_EXHAUSTED, "shmat of a new segment: %s",
                     std::strerror(attach_errno));
+  }
+  if (const int populate_errno = MapPagesNow(address, length, /*writable=*/true)) {
+    shmdt(address);
+    return SetError(error, RDV_TRANSPORT_RESOURCE_EXHAUSTED,
+                    "backing a shared-memory segment of %zu bytes: %s", length,
+                    std::strerror(populate_errno));
   }
   *out = SharedSegment{address, length, id};
   return RDV_TRANSPORT_OK;
@@ -61,7 +84,7 @@ Attachment::~Attachment() { shmdt(const_cast<char*>(base)); }
 
 int Attachments::Attach(int id, size_t length, bool writable,
                         std::shared_ptr<const Attachment>* out, rdv_transport_error_t* error) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (it->id == id && it->writable == writable && it->attachment->length >= length) {
       entries_.splice(entries_.begin(), entries_, it);
@@ -92,6 +115,10 @@ int Attachments::Attach(int id, size_t length, bool writable,
   attachment->length = state.shm_segsz;
   entries_.push_front(Entry{id, writable, attachment});
   if (entries_.size() > kCapacity) entries_.pop_back();
+  lock.unlock();
+  // Outside the lock, as it takes as long as the segment is large. Advice
+  // only: pages it could not map fault when the copy touches them.
+  MapPagesNow(base, attachment->length, writable);
   *out = std::move(attachment);
   return RDV_TRANSPORT_OK;
 }

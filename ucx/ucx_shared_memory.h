@@ -25,6 +25,7 @@ struct SharedSegment {
   size_t length = 0;
   int id = -1;
 };
+// Its pages are allocated and mapped before it is returned.
 // RESOURCE_EXHAUSTED (with the limit to raise) when the kernel refuses.
 int AllocateSegment(size_t length, SharedSegment* out, rdv_transport_error_t* error);
 void FreeSegment(const SharedSegment& segment);
@@ -45,8 +46,8 @@ struct Attachment {
   ~Attachment();
 };
 
-// The peers' segments attached by this context, kept (attaching anew for
-// every transfer costs a page fault per page). Bounded; the oldest goes
+// The peers' segments attached by this context, kept: attaching anew for
+// every transfer would map every page of the segment again. Bounded; the oldest goes
 // first, and stays attached while a copy still holds it. A segment only
 // this context still has attached is dropped at the next new attachment,
 // so a producer's freed memory does not outlive it for long. Thread-safe.
@@ -55,7 +56,9 @@ class Attachments {
   static constexpr size_t kCapacity = 256;
 
   // Segment `id` of at least `length` bytes, read-only unless `writable`;
-  // UNAVAILABLE naming the errno when it is gone or too small.
+  // UNAVAILABLE naming the errno when it is gone or too small. A new
+  // attachment maps the segment's pages before it returns (outside the
+  // lock), so it blocks for about 0.5 s per GiB here.
   int Attach(int id, size_t length, bool writable, std::shared_ptr<const Attachment>* out,
              rdv_transport_error_t* error);
   void Clear();

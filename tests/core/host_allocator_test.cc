@@ -1,37 +1,22 @@
 #include "core/allocator.h"
 
-#include <cinttypes>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace rdv {
 namespace {
 
-// The VmFlags line of the mapping in /proc/self/smaps that holds `address`,
-// or "" when none does.
+// The VmFlags line of the mapping that holds `address`, or "" when none
+// does.
 std::string VmFlagsAt(const void* address) {
-  const auto target = reinterpret_cast<uintptr_t>(address);
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    uintptr_t begin = 0;
-    uintptr_t end = 0;
-    char space = 0;
-    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR "%c", &begin, &end, &space) == 3 &&
-        space == ' ') {
-      inside = begin <= target && target < end;
-    } else if (inside && absl::StartsWith(line, "VmFlags:")) {
-      return line;
-    }
-  }
-  return "";
+  const std::optional<testing::Mapping> mapping = testing::MappingAt(address);
+  return mapping.has_value() ? mapping->vm_flags : "";
 }
 
 constexpr uintptr_t kHugePage = uintptr_t{2} << 20;

@@ -2,15 +2,18 @@
 // plugin.
 #include "plugin/transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "core/notification.h"
 #include "gtest/gtest.h"
 #include "tests/plugin/transport_conformance.h"
+#include "tests/test_util.h"
 
 namespace rdv::plugin::conformance {
 namespace {
@@ -180,6 +183,50 @@ TEST(UcxMappedMemoryTest, AGetThroughTheKeyOfFreedMemoryFailsWithoutACrash) {
          stale.Callback());
   ASSERT_TRUE(stale.Wait());
   EXPECT_FALSE(stale.status.ok()) << "a get from memory its owner freed";
+}
+
+// Memory `mapped` is System V segments whose pages are mapped when they are
+// allocated, and a peer's attachment maps all of them at once: touched one
+// by one, 4 KiB pages fault one at a time, which cost more than the copies
+// on these machines (docs/configuration.md, "Shared-memory segments").
+TEST(UcxMappedMemoryTest, ASegmentComesWithItsPagesMapped) {
+  std::shared_ptr<Transport> a = LoadOrSkip("ucx:memory=mapped");
+  if (a == nullptr) GTEST_SKIP() << "the ucx plugin is not built here";
+  const size_t length = size_t{4} << 20;
+  absl::StatusOr<std::unique_ptr<TransportMemory>> memory = a->Allocate(length);
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  const std::optional<testing::Mapping> mapping = testing::MappingAt((*memory)->address());
+  ASSERT_TRUE(mapping.has_value());
+  EXPECT_NE(mapping->inode, 0) << "not a System V segment";
+  EXPECT_GE(mapping->rss_bytes, length);
+}
+
+TEST(UcxMappedMemoryTest, AGetThroughAPeersSegmentMapsAllOfIt) {
+  std::shared_ptr<Transport> a = LoadOrSkip("ucx:memory=mapped");
+  std::shared_ptr<Transport> b = LoadOrSkip("ucx:memory=mapped", /*peer=*/true);
+  if (a == nullptr || b == nullptr) GTEST_SKIP() << "the ucx plugin is not built here";
+  const size_t length = size_t{4} << 20;
+  absl::StatusOr<GetBetween> get = PrepareGet(*a, *b, length);
+  ASSERT_TRUE(get.ok()) << get.status();
+  const std::optional<testing::Mapping> source = testing::MappingAt(get->source->address());
+  ASSERT_TRUE(source.has_value());
+  // The first get proves the endpoint's wireup; the second copies through
+  // b's attachment of a's segment. Each reads one page.
+  for (int round = 0; round < 2; ++round) {
+    Completion got;
+    b->Get(*get->endpoint, get->destination->address(), *get->destination,
+           reinterpret_cast<uint64_t>(get->source->address()), get->source->remote_key(), 4096,
+           got.Callback());
+    ASSERT_TRUE(got.Wait());
+    ASSERT_TRUE(got.status.ok()) << got.status;
+  }
+  size_t attached_rss = 0;
+  for (const testing::Mapping& mapping : testing::Mappings()) {
+    if (mapping.inode == source->inode && mapping.begin != source->begin) {
+      attached_rss = std::max(attached_rss, mapping.rss_bytes);
+    }
+  }
+  EXPECT_GE(attached_rss, length) << "of segment " << source->inode;
 }
 
 // Gets and puts, one after the other, through one endpoint: the later ones
