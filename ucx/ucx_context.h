@@ -104,9 +104,9 @@ struct Context {
   plugin_support::ProgressQueue<std::function<void()>> tasks;
   // Operations this context started (gets, puts, sends, messages) that
   // have not ended. While any has, the progress thread sleeps at most 1 ms
-  // at a time: UCX 1.13 does not wake a worker whose sends wait in a queue
-  // (a full shared-memory FIFO, an endpoint's wireup), and they would wait
-  // for the next unrelated event.
+  // at a time (else kIdleWaitMs): UCX 1.13 does not wake a worker whose
+  // sends wait in a queue (a full shared-memory FIFO, an endpoint's
+  // wireup), and they would wait for the next unrelated event.
   std::atomic<int64_t> started{0};
   // Operations an abort completed while UCX still held them (progress
   // thread only): freed when UCX lets go, or at finalize.

@@ -55,6 +55,13 @@ int UcxError(rdv_transport_error_t* error, ucs_status_t status, const char* what
 
 namespace {
 
+// How long an idle progress thread sleeps before it looks again unasked.
+// UCX 1.13 can miss the event of a message that arrives over rc_verbs and
+// ud_verbs: in the SoftRoCE guest, 1 fast-path message in about 200 then
+// waited 19 s, until UCX's keepalive (every 20 s) woke the worker (the
+// same hang rapidsai/ucxx#15 reports; UCX 1.14's new protocols avoid it).
+constexpr int kIdleWaitMs = 10;
+
 void ProgressLoop(Context* context) {
   context->progress_id.store(std::this_thread::get_id(), std::memory_order_release);
   auto last_work = std::chrono::steady_clock::now();
@@ -90,7 +97,7 @@ void ProgressLoop(Context* context) {
     if (armed == UCS_OK) {
       pollfd wait{context->event_fd, POLLIN, 0};
       // ucp_worker_signal wakes it for new work and stop.
-      poll(&wait, 1, context->started.load(std::memory_order_acquire) > 0 ? 1 : -1);
+      poll(&wait, 1, context->started.load(std::memory_order_acquire) > 0 ? 1 : kIdleWaitMs);
     } else if (armed != UCS_ERR_BUSY) {
       context->log(0, std::string("ucp_worker_arm: ") + ucs_status_string(armed));
     }
