@@ -50,8 +50,9 @@ int AllocateSegment(size_t length, SharedSegment* out, rdv_transport_error_t* er
   if (const int populate_errno = MapPagesNow(address, length, /*writable=*/true)) {
     shmdt(address);
     return SetError(error, RDV_TRANSPORT_RESOURCE_EXHAUSTED,
-                    "backing a shared-memory segment of %zu bytes: %s", length,
-                    std::strerror(populate_errno));
+                    "the kernel could not back a shared-memory segment of %zu bytes: %s "
+                    "(the host or this process's memory cgroup is short of memory)",
+                    length, std::strerror(populate_errno));
   }
   *out = SharedSegment{address, length, id};
   return RDV_TRANSPORT_OK;
